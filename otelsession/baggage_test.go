@@ -1,0 +1,237 @@
+package otelsession_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+func member(t *testing.T, key, value string) baggage.Member {
+	t.Helper()
+	m, err := baggage.NewMemberRaw(key, value)
+	require.NoError(t, err)
+	return m
+}
+
+// The baggage in the context is the truth: whatever stock OTel code put there
+// reads back through Lookup.
+func TestBaggageBuiltByStockCodeReadsBack(t *testing.T) {
+	t.Parallel()
+	b, err := baggage.New(
+		member(t, "session.chat_id", "-100 42"),
+		member(t, "session.thread_id", "\x00"),
+		member(t, "session.scope_id", ""),
+		member(t, "tenant", "acme"),
+	)
+	require.NoError(t, err)
+	ctx, _ := envCtx(map[string]string{"HERMES_SESSION_USER_ID": "env-user"})
+	ctx = baggage.ContextWithBaggage(ctx, b)
+
+	tests := []struct {
+		f     otelsession.Field
+		value string
+		state otelsession.State
+	}{
+		{otelsession.FieldChatID, "-100 42", otelsession.Set},
+		{otelsession.FieldThreadID, "", otelsession.Cleared},
+		{otelsession.FieldScopeID, "", otelsession.Cleared}, // an empty member written by other code
+		{otelsession.FieldUserID, "", otelsession.Unset},
+	}
+	for _, tt := range tests {
+		v, st := otelsession.Lookup(ctx, tt.f)
+		assert.Equal(t, tt.state, st, tt.f.Key())
+		assert.Equal(t, tt.value, v, tt.f.Key())
+	}
+	assert.Equal(t, "env-user", otelsession.Getenv(ctx, "HERMES_SESSION_USER_ID", ""))
+
+	// A later write by stock code wins over an earlier Bind.
+	bound := otelsession.Bind(ctx, otelsession.Session{ChatID: "mine"})
+	over, err := baggage.FromContext(bound).SetMember(member(t, "session.chat_id", "theirs"))
+	require.NoError(t, err)
+	v, _ := otelsession.Lookup(baggage.ContextWithBaggage(bound, over), otelsession.FieldChatID)
+	assert.Equal(t, "theirs", v)
+}
+
+func TestForeignMembersPassThrough(t *testing.T) {
+	t.Parallel()
+	props, err := baggage.NewKeyValueProperty("ttl", "30")
+	require.NoError(t, err)
+	withProp, err := baggage.NewMemberRaw("tenant", "acme corp", props)
+	require.NoError(t, err)
+	b, err := baggage.New(withProp, member(t, "feature", "beta"), member(t, "session.custom", "app-owned"))
+	require.NoError(t, err)
+	ctx := baggage.ContextWithBaggage(context.Background(), b)
+
+	for name, c := range map[string]context.Context{
+		"bind":  otelsession.Bind(ctx, fullSession()),
+		"clear": otelsession.Clear(otelsession.Bind(ctx, fullSession())),
+		"reset": otelsession.Reset(otelsession.Bind(ctx, fullSession())),
+		"with":  otelsession.With(ctx, otelsession.FieldChatID, "x"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := baggage.FromContext(c)
+			assert.Equal(t, withProp.String(), got.Member("tenant").String(), "value and properties untouched")
+			assert.Equal(t, "beta", got.Member("feature").Value())
+			assert.Equal(t, "app-owned", got.Member("session.custom").Value(), "session.* keys that are not fields are foreign")
+		})
+	}
+	assert.Equal(t, 3, baggage.FromContext(otelsession.Reset(otelsession.Bind(ctx, fullSession()))).Len(),
+		"Reset removes exactly the session's members")
+}
+
+// Cleared survives a stock W3C round trip as "%00"; an empty member value
+// would not survive some foreign SDKs (see propagation's interop tests).
+func TestClearedSentinelOnTheWire(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.Bind(context.Background(), otelsession.Session{ChatID: "c", ThreadID: ""})
+	carrier := propagation.MapCarrier{}
+	propagation.Baggage{}.Inject(ctx, carrier)
+	header := carrier.Get("baggage")
+	assert.Contains(t, header, "session.thread_id=%00")
+	assert.NotContains(t, header, "session.thread_id=,")
+
+	out := propagation.Baggage{}.Extract(context.Background(), carrier)
+	_, st := otelsession.Lookup(out, otelsession.FieldThreadID)
+	assert.Equal(t, otelsession.Cleared, st)
+	v, st := otelsession.Lookup(out, otelsession.FieldChatID)
+	assert.Equal(t, otelsession.Set, st)
+	assert.Equal(t, "c", v)
+
+	// A literal "%00" typed by a user is a value, not the sentinel.
+	lit := otelsession.Bind(context.Background(), otelsession.Session{ThreadID: "%00"})
+	carrier = propagation.MapCarrier{}
+	propagation.Baggage{}.Inject(lit, carrier)
+	v, st = otelsession.Lookup(propagation.Baggage{}.Extract(context.Background(), carrier), otelsession.FieldThreadID)
+	assert.Equal(t, otelsession.Set, st)
+	assert.Equal(t, "%00", v)
+}
+
+// Hostile values: never a panic, never a partial session, and the caller
+// learns why (Validate before, otel.Handle after).
+func TestHostileValues(t *testing.T) {
+	tests := []struct {
+		name string
+		s    otelsession.Session
+		want error
+	}{
+		{"invalid UTF-8", otelsession.Session{ChatID: "ok", ThreadID: "\xff\xfe"}, otelsession.ErrInvalidValue},
+		{"NUL byte", otelsession.Session{ChatID: "ok", ThreadID: "a\x00b"}, otelsession.ErrInvalidValue},
+		{"the sentinel itself", otelsession.Session{ChatID: "ok", ThreadID: "\x00"}, otelsession.ErrInvalidValue},
+		{"too long", otelsession.Session{ChatID: "ok", ThreadID: strings.Repeat("x", otelsession.MaxValueBytes+1)}, otelsession.ErrValueTooLong},
+		{"local field too long", otelsession.Session{ChatID: "ok", UISessionID: strings.Repeat("x", 10_000)}, otelsession.ErrValueTooLong},
+		{"cwd with NUL", otelsession.Session{ChatID: "ok", Cwd: "/a\x00b"}, otelsession.ErrInvalidValue},
+		{"unknown cron marker", otelsession.Session{ChatID: "ok", Cron: 9}, otelsession.ErrInvalidValue},
+		{"session over 8192 bytes encoded", hugeSession(), otelsession.ErrSessionTooLarge},
+	}
+	ctx, _ := envCtx(map[string]string{chatVar: "stale-env"})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.s.Validate()
+			require.ErrorIs(t, err, tt.want)
+			assert.NotContains(t, err.Error(), "ok", "errors name fields, not values")
+			reported.take()
+
+			got := otelsession.Bind(ctx, tt.s)
+			assert.True(t, reported.has(tt.want), "Bind reports the refusal")
+			for _, f := range otelsession.Fields() {
+				if !f.InSession() {
+					continue
+				}
+				_, st := otelsession.Lookup(got, f)
+				assert.Equal(t, otelsession.Cleared, st, "%s: a refused session is bound wholly Cleared", f)
+			}
+			assert.Equal(t, "", otelsession.Getenv(got, chatVar, "def"), "and masks the environment")
+			assert.Equal(t, "", otelsession.Cwd(got))
+		})
+	}
+	require.NoError(t, fullSession().Validate())
+	require.NoError(t, otelsession.Session{}.Validate())
+}
+
+func hugeSession() otelsession.Session {
+	v := strings.Repeat("é", otelsession.MaxValueBytes/2) // 512 bytes, 1536 encoded
+	return otelsession.Session{ChatID: v, ThreadID: v, UserID: v, UserName: v, ChatName: v, ScopeID: v}
+}
+
+func TestWithHostileValue(t *testing.T) {
+	ctx := otelsession.Bind(context.Background(), otelsession.Session{ChatID: "c", ThreadID: "t"})
+	reported.take()
+	got := otelsession.With(ctx, otelsession.FieldThreadID, "\xff")
+	assert.True(t, reported.has(otelsession.ErrInvalidValue))
+	_, st := otelsession.Lookup(got, otelsession.FieldThreadID)
+	assert.Equal(t, otelsession.Cleared, st, "a refused value binds the field Cleared")
+	v, _ := otelsession.Lookup(got, otelsession.FieldChatID)
+	assert.Equal(t, "c", v)
+
+	same := otelsession.With(ctx, otelsession.Field(0), "x")
+	assert.True(t, reported.has(otelsession.ErrUnknownField))
+	assert.Equal(t, ctx, same)
+
+	got = otelsession.WithDelegatedChild(ctx, "id\x00")
+	assert.True(t, reported.has(otelsession.ErrInvalidValue))
+	_, st = otelsession.Lookup(got, otelsession.FieldSessionID)
+	assert.Equal(t, otelsession.Cleared, st)
+}
+
+// The application's own baggage nearly fills the W3C budget: the session is
+// never half-dropped; foreign members make room, and the drop is reported.
+func TestBindWhenApplicationBaggageFillsTheBudget(t *testing.T) {
+	tests := []struct {
+		name        string
+		members     func(t *testing.T) []baggage.Member
+		wantDropped bool
+	}{
+		{"bytes nearly full", func(t *testing.T) []baggage.Member {
+			var ms []baggage.Member
+			for i := range 8 {
+				ms = append(ms, member(t, fmt.Sprintf("app%d", i), strings.Repeat("v", 990)))
+			}
+			return ms
+		}, true},
+		{"members nearly full", func(t *testing.T) []baggage.Member {
+			var ms []baggage.Member
+			for i := range 60 {
+				ms = append(ms, member(t, fmt.Sprintf("app%02d", i), "v"))
+			}
+			return ms
+		}, true},
+		{"room to spare", func(t *testing.T) []baggage.Member {
+			return []baggage.Member{member(t, "app", strings.Repeat("v", 2000))}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := baggage.New(tt.members(t)...)
+			require.NoError(t, err)
+			ctx := baggage.ContextWithBaggage(context.Background(), b)
+			reported.take()
+
+			got := otelsession.Bind(ctx, fullSession())
+			assert.Equal(t, tt.wantDropped, reported.has(otelsession.ErrForeignMembersDropped))
+			gb := baggage.FromContext(got)
+			for _, f := range otelsession.Fields() {
+				if f.Scope() == otelsession.Remote && f.InSession() {
+					assert.NotEmpty(t, gb.Member(f.Key()).Key(), "%s must be present", f)
+				}
+			}
+			assert.Equal(t, fullSession(), otelsession.FromContext(got))
+			assert.LessOrEqual(t, gb.Len(), otelsession.MaxBaggageMembers)
+			assert.LessOrEqual(t, len(gb.String()), otelsession.MaxBaggageBytes)
+
+			// What fits is what a stock receiver gets back whole.
+			carrier := propagation.MapCarrier{}
+			propagation.Baggage{}.Inject(got, carrier)
+			back := propagation.Baggage{}.Extract(context.Background(), carrier)
+			assert.Equal(t, fullSession().ChatID, otelsession.FromContext(back).ChatID)
+			assert.Equal(t, gb.Len(), baggage.FromContext(back).Len())
+		})
+	}
+}

@@ -1,0 +1,152 @@
+package otelsession_test
+
+// Benchmarks, each beside the raw OpenTelemetry (or context.WithValue)
+// baseline it should be compared with. Run:
+//
+//	go test -run '^$' -bench . -benchmem -count 6 ./otelsession/ | tee new.txt
+//
+// The baselines operate on exactly the members a full Bind produces, so the
+// ratio is like for like.
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+var (
+	sinkCtx   context.Context
+	sinkStr   string
+	sinkState otelsession.State
+	sinkSess  otelsession.Session
+)
+
+// boundMembers returns the baggage members of a full bound session.
+func boundMembers(b *testing.B) []baggage.Member {
+	ms := baggage.FromContext(otelsession.Bind(context.Background(), fullSession())).Members()
+	if len(ms) < 15 {
+		b.Fatalf("a full session has %d members", len(ms))
+	}
+	return ms
+}
+
+func BenchmarkBind(b *testing.B) {
+	bg := context.Background()
+	s := fullSession()
+	members := boundMembers(b)
+	b.Logf("a full session is %d baggage members", len(members))
+
+	b.Run("sessionwire/Bind", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.Bind(bg, s)
+		}
+	})
+	b.Run("sessionwire/Bind_over_5_foreign_members", func(b *testing.B) {
+		var foreign []baggage.Member
+		for _, kv := range [][2]string{{"tenant", "acme"}, {"feature", "beta"}, {"region", "eu-west-1"}, {"plan", "pro"}, {"canary", "1"}} {
+			m, _ := baggage.NewMemberRaw(kv[0], kv[1])
+			foreign = append(foreign, m)
+		}
+		fb, _ := baggage.New(foreign...)
+		ctx := baggage.ContextWithBaggage(bg, fb)
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.Bind(ctx, s)
+		}
+	})
+	b.Run("baseline/baggage.New_prebuilt", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			bag, _ := baggage.New(members...)
+			sinkCtx = baggage.ContextWithBaggage(bg, bag)
+		}
+	})
+	b.Run("baseline/sequential_SetMember", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var bag baggage.Baggage
+			for _, m := range members {
+				bag, _ = bag.SetMember(m)
+			}
+			sinkCtx = baggage.ContextWithBaggage(bg, bag)
+		}
+	})
+	b.Run("baseline/context.WithValue_struct", func(b *testing.B) {
+		type key struct{}
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = context.WithValue(bg, key{}, s)
+		}
+	})
+}
+
+func BenchmarkLookup(b *testing.B) {
+	// The Unset fallback reads an in-memory environment, not os.Environ.
+	ctx, _ := envCtx(nil)
+	ctx = otelsession.Bind(ctx, fullSession())
+	key := otelsession.FieldThreadID.Key()
+
+	b.Run("sessionwire/Lookup", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldThreadID)
+		}
+	})
+	b.Run("sessionwire/Lookup_local_field", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldUISessionID)
+		}
+	})
+	b.Run("sessionwire/Getenv", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkStr = otelsession.Getenv(ctx, "HERMES_SESSION_THREAD_ID", "")
+		}
+	})
+	b.Run("sessionwire/Getenv_unset_fallback", func(b *testing.B) {
+		reset := otelsession.Reset(ctx)
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkStr = otelsession.Getenv(reset, "HERMES_SESSION_THREAD_ID", "")
+		}
+	})
+	b.Run("baseline/baggage_Member_Value", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkStr = baggage.FromContext(ctx).Member(key).Value()
+		}
+	})
+}
+
+func BenchmarkSnapshotAndReset(b *testing.B) {
+	ctx := otelsession.Bind(context.Background(), fullSession())
+	b.Run("sessionwire/FromContext", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkSess = otelsession.FromContext(ctx)
+		}
+	})
+	b.Run("sessionwire/Reset", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.Reset(ctx)
+		}
+	})
+	b.Run("sessionwire/Clear", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.Clear(ctx)
+		}
+	})
+	b.Run("sessionwire/With", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "c")
+		}
+	})
+}

@@ -1,0 +1,75 @@
+// Package otelsession keeps a conversation's session identity (platform, chat,
+// thread, user, scope, message anchor, …) in a context.Context, as
+// OpenTelemetry baggage members, so that concurrent messages never see each
+// other's session and any stock OTel propagator carries it to the next
+// process.
+//
+// # The model
+//
+// Every field is in one of three states in a context ([State]):
+//
+//   - Unset: never bound here. [Getenv] falls back to the environment (see
+//     package fallback), which keeps single-session programs working.
+//   - Cleared: bound empty. [Getenv] returns "" and never falls back, so a
+//     stale process-wide value stays masked.
+//   - Set: bound to a value.
+//
+// [Bind] binds a whole [Session] when a message arrives, [Clear] marks it
+// Cleared when the handler ends, and [Reset] makes every field Unset where a
+// new unit of work starts from an inherited context. [Lookup] reads one field
+// with its state; [Getenv] is a drop-in for os.Getenv by legacy name
+// (HERMES_SESSION_THREAD_ID, …). Like the context package, nothing is ever
+// modified: every writer returns a derived context and the parent keeps what
+// it had.
+//
+// # The schema
+//
+// One table declares every field: its legacy environment name
+// ([Field.Name]), its key ([Field.Key]: "session." and the name lower-cased
+// without HERMES_ and a leading SESSION_, such as session.chat_id,
+// session.key, session.id) and its [Scope]. Remote fields are baggage members.
+// Local fields (the UI session id and the two browser-control fields) and the
+// logical working directory ([Cwd]) never leave the process over the network:
+// any OTel propagator forwards every baggage member it sees, so they are kept
+// in the context beside the baggage instead. Child processes, being in the
+// same trust domain, receive them through their environment.
+//
+// # On the wire
+//
+// A Set field is the member key=value, the value percent-encoded by the OTel
+// baggage package. A Cleared field is the member key=%00: one NUL byte.
+// An empty value (key=) would be the obvious choice, but some OTel SDKs (the
+// JavaScript one among them) drop empty-valued members when they extract
+// baggage, which would turn Cleared into Unset one hop later and unmask a stale
+// environment value there. NUL cannot be a real value: no environment variable
+// can hold it, and Bind refuses values that contain it. An empty member
+// written by other code still reads as Cleared. An Unset field has no member.
+// A stateless channel adds the member session.async_delivery=0.
+//
+// The context's baggage is the truth for remote fields: baggage built by any
+// code (a stock propagator, baggage.ContextWithBaggage) reads back through
+// Lookup; nothing is cached beside it. Members that are not session fields
+// pass through Bind, Clear and Reset untouched, and the session's own members
+// are written in one pass (one baggage.New, never one map copy per field).
+//
+// # Limits and refused values
+//
+// The session shares the W3C limits (64 members, 8192 bytes) with the
+// application's own baggage. A full session is 16 members and about 500
+// bytes. Writers never fail and never bind part of a session:
+//
+//   - a value that is not valid UTF-8, holds a NUL byte or is longer than
+//     [MaxValueBytes] is refused. Bind then binds the whole session Cleared
+//     (a refused message has no identity, rather than half of one); With binds
+//     that one field Cleared;
+//   - if the session's own members do not fit 8192 bytes, Bind likewise binds
+//     it Cleared;
+//   - if the application's baggage leaves too little room, members that are
+//     not session fields are dropped, largest first, until the whole session
+//     fits.
+//
+// Each case is reported to otel.Handle with an error wrapping
+// [ErrInvalidValue], [ErrValueTooLong], [ErrSessionTooLarge] or
+// [ErrForeignMembersDropped]; errors name fields, never values. To refuse bad
+// input before binding it, call [Session.Validate].
+package otelsession

@@ -1,0 +1,153 @@
+package otelsession
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/fallback"
+)
+
+// Lookup returns the value and state of f in ctx. A remote field is read from
+// the context's baggage, whoever wrote it: a member valued "%00" on the wire
+// (NUL once decoded) or empty is Cleared, an absent one Unset. A local field is
+// read from the context's local session state and never from baggage. The
+// value is "" unless the state is Set. Lookup does not fall back to the
+// environment; [Getenv] does.
+func Lookup(ctx context.Context, f Field) (string, State) {
+	if !f.Valid() {
+		return "", Unset
+	}
+	if j := localIndex[f-1]; j >= 0 {
+		if l := localFrom(ctx); l != nil {
+			return l.vals[j], l.st[j]
+		}
+		return "", Unset
+	}
+	m := baggage.FromContext(ctx).Member(fieldKeys[f-1])
+	switch v := m.Value(); {
+	case m.Key() == "":
+		return "", Unset
+	case v == "" || v == clearedValue:
+		return "", Cleared
+	default:
+		return v, Set
+	}
+}
+
+// Getenv is a drop-in for os.Getenv(name) at call sites that read a session
+// variable by its legacy name, such as "HERMES_SESSION_THREAD_ID". When name is
+// a field bound in ctx (Set or Cleared) it returns the bound value, "" for
+// Cleared, and never consults the environment. Otherwise (the field is Unset,
+// or name is not a session field) it returns the fallback environment's value
+// when the variable exists, even if empty, and def when it does not.
+func Getenv(ctx context.Context, name, def string) string {
+	if f, ok := fieldByName[name]; ok {
+		if v, st := Lookup(ctx, f); st != Unset {
+			return v
+		}
+	}
+	if v, ok := fallback.EnvFrom(ctx).LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+// FromContext returns a snapshot of the session bound in ctx. It reports only
+// what the context binds: Unset and Cleared fields are both "" (use [Lookup] to
+// tell them apart, [Getenv] to fall back to the environment). The cron
+// auto-deliver fields are not part of a Session.
+func FromContext(ctx context.Context) Session {
+	get := func(f Field) string { v, _ := Lookup(ctx, f); return v }
+	s := Session{
+		Platform:                      get(FieldPlatform),
+		Source:                        get(FieldSource),
+		ChatID:                        get(FieldChatID),
+		ChatType:                      get(FieldChatType),
+		ChatName:                      get(FieldChatName),
+		ThreadID:                      get(FieldThreadID),
+		UserID:                        get(FieldUserID),
+		UserIDAlt:                     get(FieldUserIDAlt),
+		UserName:                      get(FieldUserName),
+		ScopeID:                       get(FieldScopeID),
+		SessionKey:                    get(FieldSessionKey),
+		SessionID:                     get(FieldSessionID),
+		UISessionID:                   get(FieldUISessionID),
+		MessageID:                     get(FieldMessageID),
+		Profile:                       get(FieldProfile),
+		BrowserControlPrincipal:       get(FieldBrowserControlPrincipal),
+		BrowserControlTransportFamily: get(FieldBrowserControlTransportFamily),
+		ParentChatID:                  get(FieldParentChatID),
+		Cwd:                           Cwd(ctx),
+		Stateless:                     declaredStateless(ctx),
+	}
+	switch _, st := Lookup(ctx, FieldCronSession); st {
+	case Cleared:
+		s.Cron = CronOff
+	case Set:
+		s.Cron = CronOn
+	}
+	return s
+}
+
+// Cwd returns the session's logical working directory, or "" when none is
+// bound.
+func Cwd(ctx context.Context) string {
+	if l := localFrom(ctx); l != nil {
+		return l.cwd
+	}
+	return ""
+}
+
+// IsDelegatedChild reports whether ctx was derived from [WithDelegatedChild].
+func IsDelegatedChild(ctx context.Context) bool {
+	l := localFrom(ctx)
+	return l != nil && l.delegated
+}
+
+// nonMessagingSurfaces are platform and source values with no human chat
+// channel behind them.
+var nonMessagingSurfaces = map[string]bool{
+	"": true, "api_server": true, "cli": true, "codex": true, "desktop": true,
+	"gateway": true, "kanban": true, "local": true, "msgraph_webhook": true,
+	"tool": true, "tui": true, "webhook": true,
+}
+
+// IsMessagingSurface reports whether this turn is delivered over a human
+// messaging channel ("the user is reading a chat") rather than a machine the
+// user owns. It checks HERMES_PLATFORM in the fallback environment, else the
+// session platform, and the session source, each trimmed and lower-cased,
+// against the surfaces that are not chat channels (cli, tui, desktop,
+// api_server, webhook, …). It is default-deny: an identity it does not know
+// counts as messaging, so a new chat platform is never treated as private.
+func IsMessagingSurface(ctx context.Context) bool {
+	platform := fallback.Getenv(ctx, "HERMES_PLATFORM")
+	if platform == "" {
+		platform = Getenv(ctx, FieldPlatform.Name(), "")
+	}
+	for _, id := range [...]string{platform, Getenv(ctx, FieldSource.Name(), "")} {
+		if id = strings.ToLower(strings.TrimSpace(id)); id != "" && !nonMessagingSurfaces[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// AsyncDeliverySupported reports whether the session can receive a background
+// completion after the turn ends. It is false when the channel was declared
+// stateless ([Session.Stateless], [DeclareStatelessChannel]) and always false
+// in a dispatcher-spawned Kanban worker (HERMES_KANBAN_TASK set in the fallback
+// environment), whose parent is gone when a late completion arrives. Otherwise
+// it is true: async delivery is opt-out.
+func AsyncDeliverySupported(ctx context.Context) bool {
+	if fallback.Getenv(ctx, "HERMES_KANBAN_TASK") != "" {
+		return false
+	}
+	return !declaredStateless(ctx)
+}
+
+func declaredStateless(ctx context.Context) bool {
+	m := baggage.FromContext(ctx).Member(AsyncDeliveryKey)
+	return m.Key() != "" && m.Value() == "0"
+}

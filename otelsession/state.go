@@ -1,0 +1,89 @@
+package otelsession
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// State is the state of one field in a context.
+type State uint8
+
+const (
+	// Unset: never bound in this context. [Getenv] falls back to the
+	// process environment.
+	Unset State = iota
+	// Cleared: explicitly empty. [Getenv] returns "" and never falls back, so
+	// a stale environment value stays masked.
+	Cleared
+	// Set: bound to a non-empty value.
+	Set
+)
+
+func (s State) String() string {
+	switch s {
+	case Unset:
+		return "unset"
+	case Cleared:
+		return "cleared"
+	case Set:
+		return "set"
+	}
+	return "invalid"
+}
+
+// clearedValue is the member value of a Cleared remote field: one NUL byte,
+// "%00" on the wire. An empty member value (`session.chat_id=`) would be
+// simpler, but some OTel SDKs drop empty-valued members when they extract
+// baggage, which turns Cleared into Unset one hop later and unmasks a stale
+// environment value there. NUL cannot collide with a real value: no
+// environment variable can hold one, and [Bind] refuses values that contain
+// it.
+const clearedValue = "\x00"
+
+// engaged latches once any code in the process binds a session with Bind.
+var engaged atomic.Bool
+
+// Engaged reports whether [Bind] has been called in this process. It never
+// goes back to false. A process that binds sessions per unit of work treats the
+// context as authoritative: an Unset field means "no session here", so the
+// child-process bridge must not pass the process environment's (last writer
+// wins) session variables on. A single-session program that never binds keeps
+// its environment fallback.
+func Engaged() bool { return engaged.Load() }
+
+// local is the part of a session that never enters baggage: local fields, the
+// logical working directory and the delegated-child mark. A *local in a
+// context is never modified; writers copy it.
+type local struct {
+	vals      [numLocal]string
+	st        [numLocal]State
+	cwd       string
+	delegated bool
+}
+
+type localKey struct{}
+
+func localFrom(ctx context.Context) *local {
+	l, _ := ctx.Value(localKey{}).(*local)
+	return l
+}
+
+// numLocal is the number of Local fields; localIndex maps a field to its slot
+// in local, or -1 for remote fields.
+const numLocal = 3
+
+var localIndex [numFields]int8
+
+func init() {
+	n := 0
+	for i, d := range schema {
+		localIndex[i] = -1
+		if d.scope == Local {
+			localIndex[i] = int8(n)
+			n++
+		}
+	}
+	if n != numLocal {
+		panic("otelsession: numLocal does not match the schema")
+	}
+}

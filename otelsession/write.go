@@ -1,0 +1,347 @@
+package otelsession
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/fallback"
+)
+
+// Bind returns a copy of ctx bound to s: every session field (the nineteen
+// fields of Session except the cron marker) Set to its value, or Cleared where
+// the value is empty; the cron marker as s.Cron says; the logical working
+// directory; and the async-delivery capability. The cron auto-deliver fields
+// and every baggage member that is not a session field are left as they are.
+// Bind latches [Engaged].
+//
+// Bind never binds part of a session. If a value is refused (see
+// [Session.Validate]), every session field is bound Cleared instead, so nothing
+// stale or half-built can be read, and the reason is reported to otel.Handle.
+// If the baggage already in ctx leaves no room for the session within the W3C
+// limits, members that are not session fields are dropped, largest first, and
+// the drop is reported the same way.
+func Bind(ctx context.Context, s Session) context.Context {
+	engaged.Store(true)
+	e, errs := bindEdit(s)
+	if len(errs) > 0 {
+		otel.Handle(fmt.Errorf("otelsession: bind: session bound as cleared: %w", errors.Join(errs...)))
+		e.clearValues(e.whole)
+	}
+	return e.apply(ctx, "bind")
+}
+
+// Clear returns a copy of ctx in which every session field is Cleared (the
+// cron marker too): reads return "" and never fall back to the environment.
+// Async delivery returns to its default (supported) and the working directory
+// is cleared; the cron auto-deliver fields are left as they are. Call it when
+// the handler of a message finishes.
+func Clear(ctx context.Context) context.Context {
+	var e edit
+	for i := range numFields {
+		if schema[i].session {
+			e.op[i] = opSet
+		}
+	}
+	e.async = opUnset
+	e.cwd = opSet
+	return e.apply(ctx, "clear")
+}
+
+// Reset returns a copy of ctx in which every field, the cron auto-deliver
+// fields too, is Unset, async delivery is back to its default and the working
+// directory is cleared: what a new unit of work must look like before it binds
+// its own session. Call it where work starts from an inherited context (a
+// worker goroutine, a consumed message, an inbound request), so that a
+// session bound by whoever created that context cannot leak into it.
+// Members that are not session fields pass through. The delegated-child mark
+// belongs to the agent structure, not to the session, and is kept.
+func Reset(ctx context.Context) context.Context {
+	var e edit
+	for i := range numFields {
+		e.op[i] = opUnset
+	}
+	e.async = opUnset
+	e.cwd = opSet
+	return e.apply(ctx, "reset")
+}
+
+// With returns a copy of ctx with one field bound: Set to value, or Cleared
+// when value is "". Other fields are unchanged. It is how a cron job binds its
+// auto-deliver target. A value that [Session.Validate] would refuse binds the
+// field Cleared and is reported to otel.Handle; an invalid Field changes
+// nothing and is reported the same way.
+func With(ctx context.Context, f Field, value string) context.Context {
+	if !f.Valid() {
+		otel.Handle(fmt.Errorf("otelsession: with field %d: %w", f, ErrUnknownField))
+		return ctx
+	}
+	var e edit
+	e.op[f-1], e.val[f-1] = opSet, value
+	if value != "" {
+		if err := checkValue(f.Key(), value); err != nil {
+			otel.Handle(fmt.Errorf("otelsession: with: field bound as cleared: %w", err))
+			e.val[f-1] = ""
+		}
+	}
+	return e.apply(ctx, "with "+f.Key())
+}
+
+// WithSessionID returns a copy of ctx whose session id is id ("" binds it
+// Cleared). In a root context it also mirrors id into HERMES_SESSION_ID of
+// the fallback environment (the process environment unless
+// fallback.WithEnv says otherwise), so that code reading the environment
+// directly moves with it; in a delegated child ([WithDelegatedChild]) it never
+// does. A failed mirror is reported to otel.Handle. To scope an id to some
+// work, derive a context: the parent's id is untouched.
+func WithSessionID(ctx context.Context, id string) context.Context {
+	ctx = With(ctx, FieldSessionID, id)
+	if !IsDelegatedChild(ctx) {
+		v, _ := Lookup(ctx, FieldSessionID)
+		if err := fallback.MirrorSessionID(fallback.EnvFrom(ctx), v); err != nil {
+			otel.Handle(fmt.Errorf("otelsession: %w", err))
+		}
+	}
+	return ctx
+}
+
+// WithDelegatedChild returns a copy of ctx marked as a delegated child (a
+// subagent built inside its parent's process) and bound to the child's session
+// id. It never writes the process environment: the parent's HERMES_SESSION_ID
+// stays in place for the rest of the process.
+func WithDelegatedChild(ctx context.Context, id string) context.Context {
+	var e edit
+	e.op[FieldSessionID-1], e.val[FieldSessionID-1] = opSet, id
+	if id != "" {
+		if err := checkValue(FieldSessionID.Key(), id); err != nil {
+			otel.Handle(fmt.Errorf("otelsession: delegated child: id bound as cleared: %w", err))
+			e.val[FieldSessionID-1] = ""
+		}
+	}
+	e.delegate = true
+	return e.apply(ctx, "delegated child")
+}
+
+// DeclareStatelessChannel returns a copy of ctx whose channel cannot receive a
+// completion after the turn ends, so [AsyncDeliverySupported] reports false.
+// It binds only that capability and, unlike Bind, does not latch [Engaged]: a
+// one-shot command-line run can declare itself stateless without switching
+// the process to context-authoritative mode.
+func DeclareStatelessChannel(ctx context.Context) context.Context {
+	e := edit{async: opSet}
+	return e.apply(ctx, "declare stateless channel")
+}
+
+// op is what an edit does to one piece of session state.
+type op uint8
+
+const (
+	opKeep  op = iota // leave as it is
+	opUnset           // remove
+	opSet             // bind the edit's value ("" = Cleared)
+)
+
+// edit is one write to a context's session. Every exported writer fills one
+// and calls apply, so that the baggage is rebuilt in a single pass and the
+// local part copied once.
+type edit struct {
+	op       [numFields]op
+	val      [numFields]string
+	async    op // opSet = stateless
+	cwd      op
+	cwdVal   string
+	delegate bool
+	whole    bool // binds a whole session: refused values clear all of it
+}
+
+// clearValues turns every value the edit sets into Cleared; with session it
+// also binds every session field the edit would leave Unset as Cleared.
+func (e *edit) clearValues(session bool) {
+	for i := range numFields {
+		e.val[i] = ""
+		if session && schema[i].session {
+			e.op[i] = opSet
+		}
+	}
+	e.cwdVal = ""
+}
+
+func (e *edit) apply(ctx context.Context, what string) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	remote, localChange := e.async != opKeep, e.cwd != opKeep || e.delegate
+	for i := range numFields {
+		if e.op[i] != opKeep {
+			if localIndex[i] >= 0 {
+				localChange = true
+			} else {
+				remote = true
+			}
+		}
+	}
+	if remote {
+		old := baggage.FromContext(ctx)
+		b, err := e.baggage(old)
+		if errors.Is(err, ErrSessionTooLarge) {
+			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
+			e.clearValues(e.whole)
+			b, err = e.baggage(old)
+		}
+		if err != nil {
+			otel.Handle(fmt.Errorf("otelsession: %s: %w", what, err))
+		}
+		ctx = baggage.ContextWithBaggage(ctx, b)
+	}
+	if localChange {
+		var l local
+		if old := localFrom(ctx); old != nil {
+			l = *old
+		}
+		for i := range numFields {
+			j := localIndex[i]
+			if j < 0 {
+				continue
+			}
+			switch e.op[i] {
+			case opUnset:
+				l.vals[j], l.st[j] = "", Unset
+			case opSet:
+				l.vals[j], l.st[j] = e.val[i], Cleared
+				if e.val[i] != "" {
+					l.st[j] = Set
+				}
+			}
+		}
+		if e.cwd == opSet {
+			l.cwd = e.cwdVal
+		}
+		l.delegated = l.delegated || e.delegate
+		ctx = context.WithValue(ctx, localKey{}, &l)
+	}
+	return ctx
+}
+
+// baggage builds old with the edit's remote changes. Session members are
+// placed first and are never dropped; members that are not session fields
+// follow in old's order and are dropped, largest first, only when the whole
+// does not fit the W3C limits.
+func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
+	members := make([]baggage.Member, 0, old.Len()+len(remoteFields)+1)
+	add := func(key, value string) {
+		// Keys are constants and values were checked; NewMemberRaw cannot
+		// fail here, and a member that did would simply be left out.
+		if m, err := baggage.NewMemberRaw(key, value); err == nil {
+			members = append(members, m)
+		}
+	}
+	for _, f := range remoteFields {
+		i, key := f-1, fieldKeys[f-1]
+		switch e.op[i] {
+		case opKeep:
+			// Rebuilt without properties: session members carry none.
+			if m := old.Member(key); m.Key() != "" {
+				add(key, m.Value())
+			}
+		case opSet:
+			v := e.val[i]
+			if v == "" {
+				v = clearedValue
+			}
+			add(key, v)
+		}
+	}
+	switch e.async {
+	case opKeep:
+		if m := old.Member(AsyncDeliveryKey); m.Key() != "" {
+			add(AsyncDeliveryKey, m.Value())
+		}
+	case opSet:
+		add(AsyncDeliveryKey, "0")
+	}
+	nSession := len(members)
+	if old.Len() > 0 {
+		for _, m := range old.Members() {
+			if !isOwnedKey(m.Key()) {
+				members = append(members, m)
+			}
+		}
+	}
+	members, err := fit(members, nSession)
+	if err != nil && errors.Is(err, ErrSessionTooLarge) {
+		return old, err
+	}
+	b, newErr := baggage.New(members...)
+	return b, errors.Join(err, newErr)
+}
+
+// fit drops members after the first nSession until the list fits the W3C
+// limits. Sizes are first bounded cheaply (a session value encodes to at most
+// three bytes per byte); exact encodings are computed only near the limit.
+func fit(members []baggage.Member, nSession int) ([]baggage.Member, error) {
+	if len(members) <= MaxBaggageMembers {
+		total := len(members) - 1 // commas
+		for _, m := range members[:nSession] {
+			total += len(m.Key()) + 1 + 3*len(m.Value())
+		}
+		for _, m := range members[nSession:] {
+			total += len(m.String())
+		}
+		if total <= MaxBaggageBytes {
+			return members, nil
+		}
+	}
+	size := make([]int, len(members))
+	sessionBytes := nSession - 1
+	total := len(members) - 1
+	for i, m := range members {
+		size[i] = len(m.String())
+		total += size[i]
+		if i < nSession {
+			sessionBytes += size[i]
+		}
+	}
+	if sessionBytes > MaxBaggageBytes {
+		return members, fmt.Errorf("%d encoded bytes, limit %d: %w", sessionBytes, MaxBaggageBytes, ErrSessionTooLarge)
+	}
+	foreign := make([]int, 0, len(members)-nSession)
+	for i := nSession; i < len(members); i++ {
+		foreign = append(foreign, i)
+	}
+	slices.SortFunc(foreign, func(a, b int) int {
+		if c := cmp.Compare(size[b], size[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(members[a].Key(), members[b].Key())
+	})
+	drop := make(map[int]bool)
+	count := len(members)
+	for _, i := range foreign {
+		if count <= MaxBaggageMembers && total <= MaxBaggageBytes {
+			break
+		}
+		drop[i] = true
+		count--
+		total -= size[i] + 1
+	}
+	if len(drop) == 0 {
+		return members, nil
+	}
+	kept := members[:0:0]
+	var dropped []string
+	for i, m := range members {
+		if drop[i] {
+			dropped = append(dropped, m.Key())
+			continue
+		}
+		kept = append(kept, m)
+	}
+	slices.Sort(dropped)
+	return kept, fmt.Errorf("%d members (%s): %w", len(dropped), strings.Join(dropped, ", "), ErrForeignMembersDropped)
+}
