@@ -29,7 +29,7 @@ func Lookup(ctx context.Context, f Field) (string, State) {
 	switch v := m.Value(); {
 	case m.Key() == "":
 		return "", Unset
-	case v == "" || v == clearedValue:
+	case v == "" || v == ClearedValue:
 		return "", Cleared
 	default:
 		return v, Set

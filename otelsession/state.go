@@ -31,14 +31,14 @@ func (s State) String() string {
 	return "invalid"
 }
 
-// clearedValue is the member value of a Cleared remote field: one NUL byte,
+// ClearedValue is the member value of a Cleared remote field: one NUL byte,
 // "%00" on the wire. An empty member value (`session.chat_id=`) would be
 // simpler, but some OTel SDKs drop empty-valued members when they extract
 // baggage, which turns Cleared into Unset one hop later and unmasks a stale
 // environment value there. NUL cannot collide with a real value: no
 // environment variable can hold one, and [Bind] refuses values that contain
 // it.
-const clearedValue = "\x00"
+const ClearedValue = "\x00"
 
 // engaged latches once any code in the process binds a session with Bind.
 var engaged atomic.Bool

@@ -252,7 +252,7 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 		case opSet:
 			v := e.val[i]
 			if v == "" {
-				v = clearedValue
+				v = ClearedValue
 			}
 			add(key, v)
 		}
