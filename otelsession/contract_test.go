@@ -426,3 +426,20 @@ func TestAsyncDelivery(t *testing.T) {
 		})
 	}
 }
+
+func TestRangeAgreesWithLookup(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.With(otelsession.Bind(context.Background(), fullSession()), otelsession.FieldThreadID, "")
+	var n int
+	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+		wv, wst := otelsession.Lookup(ctx, f)
+		assert.Equal(t, wv, v, f.Key())
+		assert.Equal(t, wst, st, f.Key())
+		n++
+		return true
+	})
+	assert.Equal(t, len(otelsession.Fields()), n)
+	n = 0
+	otelsession.Range(ctx, func(otelsession.Field, string, otelsession.State) bool { n++; return n < 3 })
+	assert.Equal(t, 3, n, "Range stops when fn returns false")
+}

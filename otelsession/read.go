@@ -25,7 +25,12 @@ func Lookup(ctx context.Context, f Field) (string, State) {
 		}
 		return "", Unset
 	}
-	m := baggage.FromContext(ctx).Member(fieldKeys[f-1])
+	return memberState(baggage.FromContext(ctx).Member(fieldKeys[f-1]))
+}
+
+// memberState reads a remote field's member: absent is Unset, the Cleared
+// marker or an empty value is Cleared.
+func memberState(m baggage.Member) (string, State) {
 	switch v := m.Value(); {
 	case m.Key() == "":
 		return "", Unset
@@ -150,4 +155,26 @@ func AsyncDeliverySupported(ctx context.Context) bool {
 func declaredStateless(ctx context.Context) bool {
 	m := baggage.FromContext(ctx).Member(AsyncDeliveryKey)
 	return m.Key() != "" && m.Value() == "0"
+}
+
+// Range calls fn for every field, in declaration order, with its value and
+// state in ctx, until fn returns false. It reads the context once, so it is
+// the cheap way to visit a whole session (span and log processors do).
+func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
+	b := baggage.FromContext(ctx)
+	l := localFrom(ctx)
+	for i := range numFields {
+		var v string
+		var st State
+		if j := localIndex[i]; j >= 0 {
+			if l != nil {
+				v, st = l.vals[j], l.st[j]
+			}
+		} else {
+			v, st = memberState(b.Member(fieldKeys[i]))
+		}
+		if !fn(Field(i+1), v, st) {
+			return
+		}
+	}
 }
