@@ -1,0 +1,85 @@
+package sessiontrace_test
+
+// Run: go test -run '^$' -bench . -benchmem -count 6 ./otelsession/sessiontrace/
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
+)
+
+func fullSession() otelsession.Session {
+	return otelsession.Session{
+		Platform: "telegram", Source: "gateway", ChatID: "-1001234567890", ChatType: "group",
+		ChatName: "Ops", ThreadID: "17585", UserID: "5512345678", UserIDAlt: "@alice", UserName: "Alice Example",
+		ScopeID: "guild-998877", SessionKey: "agent:main:telegram:group:-1001234567890:17585",
+		SessionID: "20261202_152133_a1b2c3", UISessionID: "tab-7", MessageID: "88121", Profile: "default",
+		BrowserControlPrincipal: "user:alice", BrowserControlTransportFamily: "cdp", ParentChatID: "-1001234567000",
+		Cron: otelsession.CronOff,
+	}
+}
+
+// exporterStandIn stands for the exporting processor every real provider has:
+// with one registered, the SDK snapshots each span at End, as in production.
+type exporterStandIn struct{}
+
+func (exporterStandIn) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (exporterStandIn) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (exporterStandIn) Shutdown(context.Context) error                  { return nil }
+func (exporterStandIn) ForceFlush(context.Context) error                { return nil }
+
+func BenchmarkSpanStart(b *testing.B) {
+	ctx := otelsession.Bind(context.Background(), fullSession())
+	run := func(b *testing.B, startOpts []trace.SpanStartOption, opts ...sdktrace.TracerProviderOption) {
+		opts = append(opts, sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(exporterStandIn{}))
+		tr := sdktrace.NewTracerProvider(opts...).Tracer("bench")
+		b.ReportAllocs()
+		for b.Loop() {
+			_, span := tr.Start(ctx, "work", startOpts...)
+			span.End()
+		}
+	}
+	b.Run("baseline/no_session_attributes", func(b *testing.B) { run(b, nil) })
+	b.Run("baseline/same_attributes_given_at_start", func(b *testing.B) {
+		var attrs []attribute.KeyValue
+		otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+			if st != otelsession.Unset && f != otelsession.FieldUserName && f != otelsession.FieldBrowserControlPrincipal {
+				attrs = append(attrs, attribute.String(f.Key(), v))
+			}
+			return true
+		})
+		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
+	})
+	b.Run("sessiontrace/processor", func(b *testing.B) {
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{})))
+	})
+	b.Run("sessiontrace/processor_hashing", func(b *testing.B) {
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: []byte("k")})))
+	})
+}
+
+func BenchmarkLogRecord(b *testing.B) {
+	ctx := otelsession.Bind(context.Background(), fullSession())
+	b.Run("baseline/json_handler", func(b *testing.B) {
+		l := slog.New(slog.NewJSONHandler(io.Discard, nil))
+		b.ReportAllocs()
+		for b.Loop() {
+			l.InfoContext(ctx, "notified")
+		}
+	})
+	b.Run("sessiontrace/log_handler", func(b *testing.B) {
+		l := slog.New(sessiontrace.NewLogHandler(slog.NewJSONHandler(io.Discard, nil), sessiontrace.Redaction{}))
+		b.ReportAllocs()
+		for b.Loop() {
+			l.InfoContext(ctx, "notified")
+		}
+	})
+}

@@ -1,0 +1,32 @@
+// Package sessiontrace puts the session on spans and log records, so that one
+// message can be followed through Jaeger or a log search by its thread, chat
+// or message id.
+//
+// [SpanProcessor] is an OpenTelemetry SDK span processor: at span start it
+// copies the session fields of the span's parent context onto the span as
+// attributes named by the fields' keys (session.chat_id, session.thread_id,
+// …). [LogHandler] wraps an slog.Handler and does the same for every record
+// logged with a context, adding trace_id and span_id. It lives apart from
+// package otelsession so that code that only reads sessions does not import
+// the SDK.
+//
+// What an attribute looks like:
+//
+//   - a Set field: its value (or the redacted form, below);
+//   - a Cleared field: the empty string, so "explicitly none" (a top-level
+//     post with no thread) can be told from "never bound" in a search;
+//     the wire marker (%00, a NUL byte) never appears;
+//   - an Unset field: no attribute.
+//
+// A [Redaction] policy decides per field: [Copy] the value, [Hash] it with a
+// keyed HMAC-SHA256 (so equal values correlate but a dictionary of names
+// cannot reverse them without the key), or [Drop] it. By default the user name
+// and the browser-control principal are never copied in clear: they are
+// hashed when a key is configured and dropped otherwise.
+//
+// Why not go.opentelemetry.io/contrib/processors/baggagecopy: it copies raw
+// baggage members, so it would publish the Cleared marker as a NUL byte,
+// cannot redact, and cannot see local fields, which are kept beside the
+// baggage. It remains the right tool for the application's own, non-session
+// baggage, and the two can be registered side by side.
+package sessiontrace

@@ -1,0 +1,118 @@
+package sessiontrace
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// Action is what a redaction policy does with one field.
+type Action uint8
+
+const (
+	// Copy puts the value on the span or record as it is.
+	Copy Action = iota
+	// Hash puts "hmac:" and the first 16 bytes of HMAC-SHA256(key, value),
+	// in hex. Without a key it drops the field.
+	Hash
+	// Drop leaves the field off.
+	Drop
+)
+
+// Redaction decides, field by field, what reaches spans and logs.
+type Redaction struct {
+	// Actions overrides the default action for the fields it names. The
+	// defaults: Hash for the user name and the browser-control principal,
+	// Copy for every other field.
+	Actions map[otelsession.Field]Action
+	// HashKey keys Hash. Keep it secret and stable: rotating it breaks
+	// correlation with older traces. Without a key, Hash means Drop.
+	HashKey []byte
+}
+
+// hashPrefix marks a hashed value.
+const hashPrefix = "hmac:"
+
+// maxCachedHashes bounds the memo of hashed values; it is emptied when full.
+const maxCachedHashes = 4096
+
+// redactor is a compiled Redaction, safe for concurrent use.
+type redactor struct {
+	action [32]Action // indexed by Field
+	key    []byte
+	mu     sync.RWMutex
+	hashes map[string]string // value -> hashed form; an HMAC per span is too slow
+}
+
+func newRedactor(r Redaction) *redactor {
+	c := &redactor{key: append([]byte(nil), r.HashKey...), hashes: make(map[string]string)}
+	c.action[otelsession.FieldUserName] = Hash
+	c.action[otelsession.FieldBrowserControlPrincipal] = Hash
+	for f, a := range r.Actions {
+		if f.Valid() {
+			c.action[f] = a
+		}
+	}
+	if len(c.key) == 0 {
+		for i, a := range c.action {
+			if a == Hash {
+				c.action[i] = Drop
+			}
+		}
+	}
+	return c
+}
+
+// apply returns what to record for field f holding v (Set), and false when
+// the field is dropped.
+func (c *redactor) apply(f otelsession.Field, v string) (string, bool) {
+	switch c.action[f] {
+	case Copy:
+		return v, true
+	case Hash:
+		return c.hash(v), true
+	}
+	return "", false
+}
+
+func (c *redactor) hash(v string) string {
+	c.mu.RLock()
+	h, ok := c.hashes[v]
+	c.mu.RUnlock()
+	if ok {
+		return h
+	}
+	mac := hmac.New(sha256.New, c.key)
+	mac.Write([]byte(v))
+	h = hashPrefix + hex.EncodeToString(mac.Sum(nil)[:16])
+	c.mu.Lock()
+	if len(c.hashes) >= maxCachedHashes {
+		clear(c.hashes)
+	}
+	c.hashes[v] = h
+	c.mu.Unlock()
+	return h
+}
+
+// visit calls fn with every field of ctx's session that is to be recorded and
+// the form to record: the redacted value of a Set field, "" for a Cleared
+// one. Unset and dropped fields are skipped.
+func (c *redactor) visit(ctx context.Context, fn func(f otelsession.Field, v string)) {
+	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+		switch st {
+		case otelsession.Cleared:
+			if c.action[f] != Drop {
+				fn(f, "")
+			}
+		case otelsession.Set:
+			if out, ok := c.apply(f, v); ok {
+				fn(f, out)
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,143 @@
+package sessiontrace_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
+)
+
+func session() otelsession.Session {
+	return otelsession.Session{
+		Platform: "telegram", ChatID: "-100123", ThreadID: "", UserID: "55", UserName: "Alice Example",
+		MessageID: "881", UISessionID: "tab-3", BrowserControlPrincipal: "user:alice", Cron: otelsession.CronOff,
+	}
+}
+
+// startSpan records one span started under ctx and returns its attributes.
+func startSpan(t *testing.T, r sessiontrace.Redaction, ctx context.Context) map[attribute.Key]string {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(r)), sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	_, span := tp.Tracer("test").Start(ctx, "work")
+	span.End()
+	spans := rec.Ended()
+	require.Len(t, spans, 1)
+	got := map[attribute.Key]string{}
+	for _, kv := range spans[0].Attributes() {
+		got[kv.Key] = kv.Value.AsString()
+	}
+	return got
+}
+
+func TestSpanProcessorAttributes(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.Bind(context.Background(), session())
+	got := startSpan(t, sessiontrace.Redaction{}, ctx)
+
+	assert.Equal(t, "telegram", got["session.platform"])
+	assert.Equal(t, "-100123", got["session.chat_id"])
+	assert.Equal(t, "tab-3", got["session.ui_session_id"], "local fields reach spans of this process")
+	v, ok := got["session.thread_id"]
+	assert.True(t, ok, "a Cleared field is recorded")
+	assert.Equal(t, "", v, "as the empty string")
+	_, ok = got["session.cron_auto_deliver_chat_id"]
+	assert.False(t, ok, "an Unset field is not recorded")
+	_, ok = got["session.user_name"]
+	assert.False(t, ok, "no hash key: the user name is dropped by default")
+	_, ok = got["session.browser_control_principal"]
+	assert.False(t, ok)
+	for k, v := range got {
+		assert.NotContains(t, v, "\x00", "%s carries the wire marker", k)
+		assert.NotContains(t, v, "Alice", k)
+	}
+}
+
+func TestSpanWithoutSession(t *testing.T) {
+	t.Parallel()
+	assert.Empty(t, startSpan(t, sessiontrace.Redaction{}, context.Background()))
+}
+
+func TestRedaction(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.Bind(context.Background(), session())
+	key := []byte("test-key-0123456789")
+	tests := []struct {
+		name  string
+		r     sessiontrace.Redaction
+		check func(t *testing.T, got map[attribute.Key]string)
+	}{
+		{"hash with a key", sessiontrace.Redaction{HashKey: key}, func(t *testing.T, got map[attribute.Key]string) {
+			assert.True(t, strings.HasPrefix(got["session.user_name"], "hmac:"))
+			assert.Len(t, got["session.user_name"], len("hmac:")+32)
+			assert.True(t, strings.HasPrefix(got["session.browser_control_principal"], "hmac:"))
+			assert.NotEqual(t, got["session.user_name"], got["session.browser_control_principal"])
+		}},
+		{"copy overrides the default", sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+			otelsession.FieldUserName: sessiontrace.Copy,
+		}}, func(t *testing.T, got map[attribute.Key]string) {
+			assert.Equal(t, "Alice Example", got["session.user_name"])
+		}},
+		{"drop a field, Cleared too", sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+			otelsession.FieldChatID: sessiontrace.Drop, otelsession.FieldThreadID: sessiontrace.Drop,
+		}}, func(t *testing.T, got map[attribute.Key]string) {
+			_, chat := got["session.chat_id"]
+			_, thread := got["session.thread_id"]
+			assert.False(t, chat || thread)
+			assert.Equal(t, "telegram", got["session.platform"])
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.check(t, startSpan(t, tt.r, ctx)) })
+	}
+
+	// Keyed: the same name correlates under one key and differs under another.
+	a := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
+	b := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
+	c := startSpan(t, sessiontrace.Redaction{HashKey: []byte("another-key")}, ctx)["session.user_name"]
+	assert.Equal(t, a, b)
+	assert.NotEqual(t, a, c)
+}
+
+func TestLogHandler(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger := slog.New(sessiontrace.NewLogHandler(slog.NewJSONHandler(&buf, nil), sessiontrace.Redaction{}))
+
+	tp := sdktrace.NewTracerProvider()
+	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	ctx, span := tp.Tracer("test").Start(otelsession.Bind(context.Background(), session()), "work")
+	defer span.End()
+
+	logger.InfoContext(ctx, "notified", "n", 1)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+	assert.Equal(t, "-100123", rec["session.chat_id"])
+	assert.Equal(t, "", rec["session.thread_id"])
+	assert.Equal(t, span.SpanContext().TraceID().String(), rec["trace_id"])
+	assert.Equal(t, span.SpanContext().SpanID().String(), rec["span_id"])
+	assert.NotContains(t, buf.String(), "Alice")
+	assert.EqualValues(t, 1, rec["n"])
+
+	buf.Reset()
+	logger.Info("no context")
+	assert.NotContains(t, buf.String(), "session.")
+	assert.NotContains(t, buf.String(), "trace_id")
+
+	buf.Reset()
+	logger.With("a", 1).WithGroup("g").InfoContext(ctx, "grouped")
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+	assert.Contains(t, rec["g"], "session.chat_id")
+}
