@@ -1,0 +1,128 @@
+package propagation_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// FuzzExtract feeds raw baggage header lines (the input split at "\n", one
+// header line each) to Inbound.Extract with a policy that trusts the peer, so
+// that only the input decides. Whatever the input:
+//   - Extract does not panic;
+//   - with an error, the error wraps one of the package's reasons and the
+//     session is wholly Unset;
+//   - without one, every Set field holds a value Bind could produce (valid
+//     UTF-8, no NUL, at most MaxValueBytes) and no CR or LF, local fields and
+//     the working directory are Unset, and the remote fields are exactly what
+//     the stock propagator extracts;
+//   - the same input gives the same outcome twice.
+//
+// Seeds: testdata/fuzz/FuzzExtract and the f.Add calls below. Run it with
+//
+//	go test ./propagation -run '^$' -fuzz '^FuzzExtract$' -fuzztime 20s
+func FuzzExtract(f *testing.F) {
+	full := sessionHeaderOf(fullTestSession)
+	for _, seed := range []string{
+		"",
+		full,
+		full + "\napp.tenant=acme",
+		"session.chat_id=%00,session.platform=slack",
+		"session.chat_id=a,session.chat_id=b",
+		"session.chat_id=a\nsession.chat_id=b",
+		"session.chat_id=a b",
+		"session.chat_id=%zz",
+		"session.chat_id=%FF",
+		"session.thread_id=1%0D%0A2",
+		"session.chat_id=a%00b",
+		"session.cwd=%2Fetc",
+		"session.ui_session_id=x",
+		"session.async_delivery=1",
+		"session.async_delivery=0",
+		" session.chat_id =x",
+		"Session.Chat_ID=x",
+		"session.chat_id=x;p=1;q",
+		"session.chat_id=" + strings.Repeat("c", 513),
+		manyMembers(70, "k%d=v") + ",session.chat_id=c",
+		"session.chat_id=c\n" + strings.Repeat("app.a="+strings.Repeat("%FF", 700)+"\n", 2),
+	} {
+		f.Add(seed)
+	}
+	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember,
+		propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField}
+
+	f.Fuzz(func(t *testing.T, input string) {
+		header := http.Header{"Baggage": strings.Split(input, "\n")}
+		extract := func() (context.Context, propagation.Counts, error) {
+			p := propagation.NewInbound(propagation.TrustAll)
+			ctx, err := p.Extract(context.Background(), otelprop.Baggage{}, otelprop.HeaderCarrier(header), propagation.Peer{Transport: "fuzz"})
+			return ctx, p.Counts(), err
+		}
+		ctx, counts, err := extract()
+		got := sessionSeen(ctx)
+
+		if err != nil {
+			if !slices.ContainsFunc(reasons, func(r error) bool { return errors.Is(err, r) }) {
+				t.Fatalf("error wraps none of the package's reasons: %v", err)
+			}
+			for f, v := range got {
+				if v.state != otelsession.Unset {
+					t.Fatalf("refused (%v) but %s is %v", err, f, v)
+				}
+			}
+			if m := baggage.FromContext(ctx).Member(otelsession.AsyncDeliveryKey); m.Key() != "" {
+				t.Fatalf("refused (%v) but %s is present", err, otelsession.AsyncDeliveryKey)
+			}
+			if counts.Rejected != 1 || counts.Accepted != 0 {
+				t.Fatalf("refused but counts = %+v", counts)
+			}
+		} else {
+			raw := sessionSeen(otelprop.Baggage{}.Extract(context.Background(), otelprop.HeaderCarrier(header)))
+			for _, f := range otelsession.Fields() {
+				v := got[f]
+				if f.Scope() == otelsession.Local {
+					if v.state != otelsession.Unset {
+						t.Fatalf("local field %s is %v", f, v)
+					}
+					continue
+				}
+				if v != raw[f] {
+					t.Fatalf("%s = %v, the stock propagator extracts %v", f, v, raw[f])
+				}
+				if v.state == otelsession.Set && (!utf8.ValidString(v.value) || len(v.value) > otelsession.MaxValueBytes ||
+					strings.ContainsAny(v.value, "\x00\r\n")) {
+					t.Fatalf("accepted %s = %q, which Bind could not produce", f, v.value)
+				}
+			}
+			if otelsession.Cwd(ctx) != "" {
+				t.Fatalf("cwd = %q", otelsession.Cwd(ctx))
+			}
+			if m := baggage.FromContext(ctx).Member(otelsession.AsyncDeliveryKey); m.Key() != "" && m.Value() != "0" {
+				t.Fatalf("accepted %s = %q", otelsession.AsyncDeliveryKey, m.Value())
+			}
+			if counts.Rejected != 0 {
+				t.Fatalf("no error but counts = %+v", counts)
+			}
+		}
+
+		ctx2, _, err2 := extract()
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("same input, different outcomes: %v, then %v", err, err2)
+		}
+		for f, v := range sessionSeen(ctx2) {
+			if got[f] != v {
+				t.Fatalf("same input, %s = %v, then %v", f, got[f], v)
+			}
+		}
+	})
+}

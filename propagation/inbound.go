@@ -1,0 +1,447 @@
+package propagation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// Errors of the inbound path. Each wraps into the error [Inbound.Extract]
+// returns, so callers can count them apart with errors.Is.
+var (
+	// ErrBaggageTooLarge: the baggage headers together exceed a W3C limit:
+	// 8192 bytes, or, beside a session, 64 members or 8192 bytes as the OTel
+	// SDK counts them after decoding (past those it drops members in map
+	// order, so the same input could be accepted on one request and not on
+	// the next).
+	ErrBaggageTooLarge = errors.New("baggage exceeds the W3C limits (8192 bytes, 64 members)")
+	// ErrMalformedMember: a session member is not valid W3C baggage, so the
+	// propagator dropped it (a session would otherwise arrive half-built).
+	ErrMalformedMember = errors.New("malformed session member")
+	// ErrDuplicateMember: a session key appears more than once, in one header
+	// or across several (two values for one field: which one is the truth?).
+	ErrDuplicateMember = errors.New("session member repeated")
+	// ErrInvalidValue: a session value is too long or holds a control
+	// character (CR, LF, NUL other than the Cleared marker) or bytes that
+	// were not valid UTF-8.
+	ErrInvalidValue = errors.New("invalid session value")
+	// ErrLocalField: a field that never leaves a process (UI session id,
+	// browser control, working directory) arrived from the network.
+	ErrLocalField = errors.New("local session field received from a peer")
+)
+
+// Peer describes where a carrier came from, for a [TrustFunc].
+type Peer struct {
+	// Transport names the boundary: "http", "nats", "env", …
+	Transport string
+	// Addr is the peer's network address when the transport has one (the
+	// remote address of an HTTP request); the zero Addr otherwise.
+	Addr netip.Addr
+	// Name identifies the source within the transport: the request's Host,
+	// a NATS subject, …
+	Name string
+}
+
+// TrustFunc decides whether a peer may set the session. It is the server's
+// decision, never the peer's.
+type TrustFunc func(ctx context.Context, p Peer) bool
+
+// TrustNone trusts no peer: every inbound session is stripped. It is the
+// default.
+func TrustNone(context.Context, Peer) bool { return false }
+
+// TrustAll trusts every peer. Use it only where the transport authenticates
+// publishers itself (a NATS account only the gateway can publish to, a child
+// process this process started).
+func TrustAll(context.Context, Peer) bool { return true }
+
+// TrustPrefixes trusts peers whose address is in one of prefixes, such as
+// netip.MustParsePrefix("10.1.0.0/16"). IPv4-mapped IPv6 addresses are
+// compared as IPv4. A peer without an address is not trusted.
+func TrustPrefixes(prefixes ...netip.Prefix) TrustFunc {
+	ps := append([]netip.Prefix(nil), prefixes...)
+	return func(_ context.Context, p Peer) bool {
+		addr := p.Addr.Unmap()
+		for _, pre := range ps {
+			if addr.IsValid() && pre.Contains(addr) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TrustLoopback trusts peers on the loopback interface (127.0.0.0/8, ::1).
+func TrustLoopback() TrustFunc {
+	return func(_ context.Context, p Peer) bool { return p.Addr.Unmap().IsLoopback() }
+}
+
+// Counts is a snapshot of what an [Inbound] policy has seen.
+type Counts struct {
+	Accepted  uint64 // sessions accepted from a trusted peer
+	Untrusted uint64 // sessions stripped because the peer is not trusted
+	Rejected  uint64 // sessions refused as malformed; see the reasons below
+	// Refusals by reason (a carrier can have several).
+	TooLarge, Malformed, Duplicate, InvalidValue, LocalField uint64
+}
+
+// Inbound is the trust policy for sessions arriving from outside the process.
+// Use one per boundary (an HTTP server, a consumer) with [NewInbound]; it is
+// safe for concurrent use.
+type Inbound struct {
+	trust TrustFunc
+	n     struct {
+		accepted, untrusted, rejected                            atomic.Uint64
+		tooLarge, malformed, duplicate, invalidValue, localField atomic.Uint64
+	}
+}
+
+// NewInbound returns a policy that accepts sessions from peers trust approves
+// of. A nil trust is [TrustNone].
+func NewInbound(trust TrustFunc) *Inbound {
+	if trust == nil {
+		trust = TrustNone
+	}
+	return &Inbound{trust: trust}
+}
+
+// Counts returns what the policy has seen so far.
+func (p *Inbound) Counts() Counts {
+	return Counts{
+		Accepted: p.n.accepted.Load(), Untrusted: p.n.untrusted.Load(), Rejected: p.n.rejected.Load(),
+		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
+		InvalidValue: p.n.invalidValue.Load(), LocalField: p.n.localField.Load(),
+	}
+}
+
+const baggageHeader = "baggage"
+
+// Extract is the whole inbound path. It Resets the session of ctx (work
+// never inherits whatever the caller's base context held), extracts carrier
+// with prop (otel.GetTextMapPropagator() when nil), then applies the policy:
+// a well-formed session from a trusted peer is kept; from any other peer its
+// members are removed and counted. Malformed input returns a context whose
+// session is wholly Unset and an error naming the transport, never a value.
+// Trace context and baggage members that are not session fields are left as
+// the propagator extracted them in every case.
+func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, peer Peer) (context.Context, error) {
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	var raw []string
+	if vg, ok := carrier.(otelprop.ValuesGetter); ok {
+		raw = vg.Values(baggageHeader)
+	} else if v := carrier.Get(baggageHeader); v != "" {
+		raw = []string{v}
+	}
+	if holdsSession(ctx) {
+		ctx = otelsession.Reset(ctx)
+	}
+	ctx = prop.Extract(ctx, carrier)
+
+	seen, err := scanSessionKeys(raw)
+	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
+		err = checkReencodedSize(raw)
+	}
+	present := false
+	if err == nil {
+		present, err = checkMembers(baggage.FromContext(ctx), seen)
+	}
+	if err != nil {
+		p.n.rejected.Add(1)
+		p.countReason(err)
+		reportOnce(err)
+		return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %w", peer.Transport, err)
+	}
+	if !present {
+		return ctx, nil
+	}
+	if !p.trust(ctx, peer) {
+		p.n.untrusted.Add(1)
+		return otelsession.Reset(ctx), nil
+	}
+	p.n.accepted.Add(1)
+	return ctx, nil
+}
+
+func (p *Inbound) countReason(err error) {
+	for _, r := range []struct {
+		err error
+		n   *atomic.Uint64
+	}{
+		{ErrBaggageTooLarge, &p.n.tooLarge}, {ErrMalformedMember, &p.n.malformed},
+		{ErrDuplicateMember, &p.n.duplicate}, {ErrInvalidValue, &p.n.invalidValue},
+		{ErrLocalField, &p.n.localField},
+	} {
+		if errors.Is(err, r.err) {
+			r.n.Add(1)
+		}
+	}
+}
+
+// Hostile input could otherwise flood the logs: each kind of refusal reaches
+// otel.Handle once per process; all of them are counted.
+var reported sync.Map // error kind -> struct{}
+
+func reportOnce(err error) {
+	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField} {
+		if errors.Is(err, kind) {
+			if _, loaded := reported.LoadOrStore(kind, struct{}{}); !loaded {
+				otel.Handle(fmt.Errorf("sessionwire: inbound session refused (reported once per kind): %w", err))
+			}
+			return
+		}
+	}
+}
+
+// scanSessionKeys locates the session keys in the raw baggage headers, without
+// decoding them (the OTel parser does that), to catch what the parser would
+// silently resolve: total size over the limit, a session key given twice
+// (last-one-wins would pick one), a session member the parser drops.
+func scanSessionKeys(lines []string) (keySet, error) {
+	total := len(lines) - 1
+	for _, l := range lines {
+		total += len(l)
+	}
+	if total > otelsession.MaxBaggageBytes {
+		return 0, fmt.Errorf("%d bytes: %w", total, ErrBaggageTooLarge)
+	}
+	var seen keySet
+	var errs []error
+	members := 0
+	for _, line := range lines {
+		for rest := line; rest != ""; {
+			var m string
+			m, rest, _ = strings.Cut(rest, ",")
+			end := len(m) // the key ends at "=" or at the properties' ";"
+			for i := 0; i < len(m); i++ {
+				if m[i] == '=' || m[i] == ';' {
+					end = i
+					break
+				}
+			}
+			key := strings.TrimSpace(m[:end])
+			if key != "" || strings.TrimSpace(m) != "" {
+				members++
+			}
+			c, ok := classify(key)
+			switch {
+			case !ok:
+				continue
+			case c.local:
+				errs = append(errs, fmt.Errorf("%s: %w", key, ErrLocalField))
+				continue
+			case seen&c.bit != 0:
+				errs = append(errs, fmt.Errorf("%s: %w", key, ErrDuplicateMember))
+			}
+			seen |= c.bit
+		}
+	}
+	if members > otelsession.MaxBaggageMembers && seen != 0 {
+		errs = append(errs, fmt.Errorf("%d members, limit %d: %w", members, otelsession.MaxBaggageMembers, ErrBaggageTooLarge))
+	}
+	return seen, errors.Join(errs...)
+}
+
+// Bytes that are not UTF-8 become U+FFFD when the OTel parser decodes a
+// value, and "%FF" (3 bytes) is then encoded again as "%EF%BF%BD" (9 bytes).
+// Headers under 8192 bytes can so exceed it once parsed; the SDK then drops
+// members of several header lines in map order, and the same input would be
+// accepted on one request and refused on the next. Nothing else grows.
+const maxGrowth = 6 // extra bytes per escaped byte >= 0x80
+
+// mayGrowPastLimit cheaply bounds the re-encoded size of lines from above.
+func mayGrowPastLimit(lines []string) bool {
+	total := len(lines) - 1
+	for _, l := range lines {
+		total += len(l)
+		for i := strings.IndexByte(l, '%'); i >= 0 && i+1 < len(l); {
+			if c := l[i+1]; c >= '8' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' {
+				total += maxGrowth
+			}
+			j := strings.IndexByte(l[i+1:], '%')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
+	return total > otelsession.MaxBaggageBytes
+}
+
+// checkReencodedSize measures what the SDK measures before it drops members:
+// the members of all lines, last one wins, each encoded again.
+func checkReencodedSize(lines []string) error {
+	size := make(map[string]int)
+	for _, l := range lines {
+		b, _ := baggage.Parse(l)
+		for _, m := range b.Members() {
+			size[m.Key()] = len(m.String())
+		}
+	}
+	total := len(size) - 1
+	for _, n := range size {
+		total += n
+	}
+	if total > otelsession.MaxBaggageBytes {
+		return fmt.Errorf("%d bytes once decoded and encoded again: %w", total, ErrBaggageTooLarge)
+	}
+	return nil
+}
+
+// keySet is a set of session keys: bit f for Field f (fields start at 1),
+// bit 0 for the async-delivery key. A set, not a map, because it is built for
+// every inbound carrier.
+type keySet uint32
+
+const asyncBit keySet = 1
+
+func fieldBit(f otelsession.Field) keySet { return 1 << f }
+
+// keyClass is what the raw scan needs to know of a session key.
+type keyClass struct {
+	key   string
+	bit   keySet
+	local bool // never accepted from a peer
+}
+
+// fieldKeys describes every field, in Field order.
+var fieldKeys = func() []keyClass {
+	var ks []keyClass
+	for _, f := range otelsession.Fields() {
+		ks = append(ks, keyClass{f.Key(), fieldBit(f), f.Scope() == otelsession.Local})
+	}
+	return ks
+}()
+
+// keysByLen holds every session key, the local ones too, by length: the raw
+// scan looks up every member's key, and comparing a few keys of the same
+// length costs less than hashing it.
+var keysByLen = func() [][]keyClass {
+	all := append(fieldKeys[:len(fieldKeys):len(fieldKeys)],
+		keyClass{otelsession.AsyncDeliveryKey, asyncBit, false}, keyClass{otelsession.CwdKey, 0, true})
+	var t [][]keyClass
+	for _, c := range all {
+		for len(t) <= len(c.key) {
+			t = append(t, nil)
+		}
+		t[len(c.key)] = append(t[len(c.key)], c)
+	}
+	return t
+}()
+
+func classify(key string) (keyClass, bool) {
+	if len(key) >= len(keysByLen) {
+		return keyClass{}, false
+	}
+	for _, c := range keysByLen[len(key)] {
+		if c.key == key {
+			return c, true
+		}
+	}
+	return keyClass{}, false
+}
+
+// checkMembers validates the session members of the extracted baggage: every
+// key seen in the raw headers must have survived parsing, and every value must
+// be one Bind could have produced. present reports whether b holds any
+// session member.
+func checkMembers(b baggage.Baggage, seen keySet) (present bool, err error) {
+	if b.Len() == 0 && seen == 0 {
+		return false, nil
+	}
+	var errs []error
+	for _, c := range fieldKeys {
+		m := b.Member(c.key)
+		if m.Key() == "" {
+			if seen&c.bit != 0 {
+				errs = append(errs, fmt.Errorf("%s: %w", c.key, ErrMalformedMember))
+			}
+			continue
+		}
+		present = true
+		if c.local {
+			// Only reachable through a propagator other than W3C baggage.
+			errs = append(errs, fmt.Errorf("%s: %w", c.key, ErrLocalField))
+			continue
+		}
+		if err := checkValue(m.Value()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.key, err))
+		}
+	}
+	switch m := b.Member(otelsession.AsyncDeliveryKey); {
+	case m.Key() == "":
+		if seen&asyncBit != 0 {
+			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
+		}
+	case m.Value() != "0":
+		present = true
+		errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrInvalidValue))
+	default:
+		present = true
+	}
+	return present, errors.Join(errs...)
+}
+
+// fields is the session schema, read once.
+var fields = otelsession.Fields()
+
+func checkValue(v string) error {
+	switch {
+	case v == otelsession.ClearedValue || v == "":
+		return nil
+	case len(v) > otelsession.MaxValueBytes:
+		return fmt.Errorf("%d bytes, limit %d: %w", len(v), otelsession.MaxValueBytes, ErrInvalidValue)
+	}
+	for i := 0; i < len(v); i++ { // one pass: this runs for every member
+		switch c := v[i]; {
+		case c == '\r' || c == '\n' || c == 0:
+			return fmt.Errorf("control character: %w", ErrInvalidValue)
+		case c == 0xEF && strings.HasPrefix(v[i:], "\uFFFD"):
+			// The OTel parser replaces bytes that are not UTF-8 with U+FFFD;
+			// an identifier holding one was not what its sender meant.
+			return fmt.Errorf("not valid UTF-8: %w", ErrInvalidValue)
+		}
+	}
+	return nil
+}
+
+// holdsSession reports whether ctx holds any state otelsession.Reset would
+// remove. Most inbound requests start from a context with none, and Reset
+// costs more than the policy's own checks (TestInboundNeverInheritsTheServerContextSession
+// covers every kind of state).
+func holdsSession(ctx context.Context) bool {
+	if hasSession(baggage.FromContext(ctx)) || otelsession.Cwd(ctx) != "" {
+		return true
+	}
+	for _, f := range fields {
+		if f.Scope() == otelsession.Local {
+			if _, st := otelsession.Lookup(ctx, f); st != otelsession.Unset {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasSession(b baggage.Baggage) bool {
+	if b.Len() == 0 {
+		return false
+	}
+	for _, f := range fields {
+		if b.Member(f.Key()).Key() != "" {
+			return true
+		}
+	}
+	return b.Member(otelsession.AsyncDeliveryKey).Key() != ""
+}
