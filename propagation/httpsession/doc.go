@@ -1,0 +1,59 @@
+// Package httpsession carries a session across HTTP: a server-side [Handler]
+// that applies the inbound trust policy to every request, and a client-side
+// [Transport] that sends session members only to the destinations an egress
+// allowlist names.
+//
+// It owns the HTTP edge and nothing else. The policy itself (which peers are
+// trusted, which input is refused, which hosts may receive a session) lives in
+// package propagation ([propagation.Inbound], [propagation.Egress]); the
+// session model lives in package otelsession. The wire format is ordinary W3C
+// baggage, so a plain OpenTelemetry setup on the other side is enough to
+// receive and forward a session.
+//
+// # Server
+//
+//	policy := propagation.NewInbound(propagation.TrustLoopback())
+//	http.Handle("/", httpsession.Handler(app, httpsession.WithInbound(policy)))
+//
+// Every request starts with an Unset session (it never inherits a session
+// bound in the server's base context). The baggage of the request is then
+// extracted, and its session is kept only when it is well formed and the peer
+// is trusted. A refused session never fails the request: the handler runs with
+// the session Unset, the policy counts the refusal, and [WithOnError] sees it.
+// By default no peer is trusted.
+//
+// # Client
+//
+//	client := &http.Client{Transport: &httpsession.Transport{
+//		Egress: propagation.Egress{Hosts: []string{".internal"}},
+//	}}
+//
+// A request to a host the allowlist names carries trace context and all
+// baggage, session included. Any other request carries trace context and the
+// baggage members that are not session fields, but no session member, even one
+// that other code already wrote into its headers.
+//
+// # With otelhttp
+//
+// Both pieces compose with go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp
+// in either order; the recommended one keeps the policy closest to the
+// application on the server and closest to the wire on the client:
+//
+//	otelhttp.NewHandler(httpsession.Handler(app, opts...), "op")
+//	&http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{Egress: e})}
+//
+// On the server, otelhttp then starts the server span from the request
+// headers and Handler, running inside it, decides the session; the handler's
+// spans stay children of that server span. On the client, otelhttp injects
+// the whole baggage and Transport, the last to touch the headers, removes the
+// session where it must not go. The reverse order is also safe: Handler
+// rewrites the baggage header it hands on when it refuses a session, so an
+// otelhttp handler behind it cannot extract the session again; Transport sends
+// a context without the session, so an otelhttp transport behind it has none
+// to inject.
+//
+// The default propagator of both pieces is otel.GetTextMapPropagator(), read
+// at request time, as otelhttp does. It is a no-op until the program calls
+// otel.SetTextMapPropagator (with propagation.TraceContext{} and
+// propagation.Baggage{}, typically); until then no session crosses HTTP.
+package httpsession

@@ -1,0 +1,141 @@
+package httpsession
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// Option configures [Handler].
+type Option struct{ apply func(*handler) }
+
+// WithPropagator sets the propagator that extracts trace context and baggage
+// from requests. The default, nil, is otel.GetTextMapPropagator() at request
+// time.
+func WithPropagator(p otelprop.TextMapPropagator) Option {
+	return Option{func(h *handler) { h.prop = p }}
+}
+
+// WithInbound sets the trust policy applied to every request. The default,
+// nil, is a policy of its own that trusts no peer
+// (propagation.NewInbound(nil)). Pass one to choose the trusted peers and to
+// read its Counts.
+func WithInbound(p *propagation.Inbound) Option {
+	return Option{func(h *handler) { h.inbound = p }}
+}
+
+// WithOnError sets a function called, before the wrapped handler runs, for
+// each request whose session the policy refused as malformed. err wraps one
+// of propagation's Err values; it names the field, never the value. fn must
+// not write to the response: the request is served as usual.
+func WithOnError(fn func(r *http.Request, err error)) Option {
+	return Option{func(h *handler) { h.onError = fn }}
+}
+
+type handler struct {
+	next    http.Handler
+	prop    otelprop.TextMapPropagator
+	inbound *propagation.Inbound
+	onError func(*http.Request, error)
+}
+
+// Handler returns a handler that serves next with the request's context
+// carrying the session the inbound policy accepted, and nothing else: the
+// session of the server's base context is never inherited, and a session
+// from an untrusted peer or refused as malformed is Unset. A refused session
+// never fails the request.
+//
+// The peer the policy judges is the request's remote address (r.RemoteAddr,
+// the address of the TCP connection, never a forwarding header) with r.Host
+// as its name; the client chooses the Host header, so a TrustFunc must not
+// rely on the name alone.
+//
+// When the headers held session members that were not accepted, next
+// receives a request whose baggage header is re-encoded from its context, so
+// code behind Handler that extracts the header again (otelhttp.NewHandler, a
+// proxy forwarding it) cannot revive the refused session. A span already
+// started for the request in front of Handler (by otelhttp.NewHandler) stays
+// the current span.
+func Handler(next http.Handler, opts ...Option) http.Handler {
+	h := &handler{next: next}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(h)
+		}
+	}
+	if h.inbound == nil {
+		h.inbound = propagation.NewInbound(nil)
+	}
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	prop := h.prop
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	peer := propagation.Peer{Transport: "http", Name: r.Host}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		peer.Addr = ap.Addr()
+	}
+	ctx, err := h.inbound.Extract(r.Context(), prop, otelprop.HeaderCarrier(r.Header), peer)
+	// Instrumentation in front of Handler started its server span from these
+	// same headers. Extracting them again made their remote parent current;
+	// put the server span back so the handler's spans stay its children.
+	if span := trace.SpanFromContext(r.Context()); span.SpanContext().IsValid() && !span.SpanContext().IsRemote() {
+		ctx = trace.ContextWithSpan(ctx, span)
+	}
+	r = r.WithContext(ctx)
+	if !hasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header) {
+		r.Header = r.Header.Clone()
+		r.Header.Del("Baggage")
+		otelprop.Baggage{}.Inject(ctx, otelprop.HeaderCarrier(r.Header))
+	}
+	if err != nil && h.onError != nil {
+		h.onError(r, err)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// sessionKeys are the keys of the session's baggage members.
+var sessionKeys = func() []string {
+	var keys []string
+	for _, f := range otelsession.Fields() {
+		if f.Scope() == otelsession.Remote {
+			keys = append(keys, f.Key())
+		}
+	}
+	return append(keys, otelsession.AsyncDeliveryKey)
+}()
+
+func hasSession(b baggage.Baggage) bool {
+	if b.Len() == 0 {
+		return false
+	}
+	for _, k := range sessionKeys {
+		if b.Member(k).Key() != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// mentionsSession is a cheap over-approximation: it may say yes for a header
+// with no session member, never no for one that has one (keys are
+// case-sensitive tokens, never percent-decoded).
+func mentionsSession(h http.Header) bool {
+	for _, v := range h.Values("Baggage") {
+		if strings.Contains(v, otelsession.KeyPrefix) {
+			return true
+		}
+	}
+	return false
+}
