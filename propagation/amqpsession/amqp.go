@@ -1,0 +1,184 @@
+package amqpsession
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// ErrNilMessage: a nil *amqp091.Publishing or *amqp091.Delivery was given.
+var ErrNilMessage = errors.New("nil AMQP message")
+
+const baggageKey = "baggage"
+
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// exchangeName is how spans and policies name an exchange.
+func exchangeName(exchange string) string {
+	if exchange == "" {
+		return DefaultExchange
+	}
+	return exchange
+}
+
+// destination returns the attributes naming where a message goes: the
+// exchange (empty for the default one, as the RabbitMQ conventions say) and
+// the routing key when there is one.
+func destination(exchange, routingKey string) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange)}
+	if routingKey != "" {
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
+	}
+	return attrs
+}
+
+// Publisher writes trace context and the session into the header tables of
+// outgoing messages, inside a producer span. Build one with [NewPublisher]
+// and share it; it is safe for concurrent use.
+type Publisher struct {
+	cfg    config
+	tracer trace.Tracer
+}
+
+// NewPublisher returns a Publisher configured by opts.
+func NewPublisher(opts ...Option) *Publisher {
+	cfg := newConfig(opts)
+	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+}
+
+// Inject starts a producer span named "publish <exchange>" as a child of ctx,
+// and writes the span's trace context and ctx's baggage, session included when
+// [WithSessionEgress] allows the exchange, into msg.Headers (allocated when
+// nil). Publish msg to the same exchange and routing key, then end the span:
+//
+//	ctx, span := pub.Inject(ctx, &msg, "chat", "in")
+//	err := ch.PublishWithContext(ctx, "chat", "in", false, false, msg)
+//	span.End()
+//
+// A nil msg starts no span: the returned span is a no-op, safe to end.
+func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, routingKey string) (context.Context, trace.Span) {
+	if msg == nil {
+		return ctx, noopSpan
+	}
+	attrs := append(destination(exchange, routingKey),
+		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
+	if msg.MessageId != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(msg.MessageId))
+	}
+	ctx, span := p.tracer.Start(ctx, "publish "+exchangeName(exchange),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	if msg.Headers == nil {
+		msg.Headers = amqp.Table{}
+	}
+	out := ctx
+	if !p.cfg.egress(exchangeName(exchange)) {
+		out = propagation.WithoutSession(ctx)
+		if err := stripSession(msg.Headers); err != nil {
+			otel.Handle(fmt.Errorf("publish to AMQP exchange %q: %w", exchangeName(exchange), err))
+		}
+	}
+	p.cfg.propagator().Inject(out, TableCarrier(msg.Headers))
+	return ctx, span
+}
+
+// Consumer reads trace context and the session from deliveries through an
+// inbound trust policy, and starts a consumer span for each. Build one with
+// [NewConsumer] and share it; it is safe for concurrent use.
+type Consumer struct {
+	cfg    config
+	tracer trace.Tracer
+	policy *propagation.Inbound
+}
+
+// NewConsumer returns a Consumer that decides every delivery's session with
+// policy, which sees propagation.Peer{Transport: "amqp", Name: exchange}
+// ([DefaultExchange] for the default one): RabbitMQ grants publishers
+// permission per exchange, so the exchange says who could have written the
+// message. A nil policy trusts no publisher, which strips every session.
+func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
+	if policy == nil {
+		policy = propagation.NewInbound(nil)
+	}
+	cfg := newConfig(opts)
+	return &Consumer{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName), policy: policy}
+}
+
+// Policy returns the inbound policy, for its counts.
+func (c *Consumer) Policy() *propagation.Inbound { return c.policy }
+
+// Extract returns the context a handler of d runs in, and its consumer span.
+// The session of ctx is Reset first, so nothing bound before (the previous
+// delivery's session, the consuming goroutine's own) reaches this one; then
+// the header table is extracted and the session kept only when the policy
+// accepts it. The span, "process <exchange>", is a child of the publisher's
+// span and links to it; without trace context it is a child of ctx with no
+// link.
+//
+// A refused session comes back as an error wrapping one of the propagation
+// package's Err values, with a usable context whose session is Unset and a
+// started span that records it. The caller always ends the span.
+func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Context, trace.Span, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if d == nil {
+		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilMessage)
+	}
+	name := exchangeName(d.Exchange)
+	before := trace.SpanContextFromContext(ctx)
+	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), TableCarrier(d.Headers), propagation.Peer{Transport: Transport, Name: name})
+	if err != nil {
+		err = fmt.Errorf("delivery from AMQP exchange %q: %w", name, err)
+	}
+	attrs := append(destination(d.Exchange, d.RoutingKey),
+		semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
+	if d.DeliveryTag != 0 {
+		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
+	}
+	if d.MessageId != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := c.tracer.Start(ctx, "process "+name, opts...)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return ctx, span, err
+}
+
+// stripSession removes session members from every baggage entry of t,
+// whatever its spelling, with the propagation package's rule for HTTP
+// headers. Entries whose value is not text cannot carry baggage the
+// propagator would read, and are removed too rather than forwarded unread.
+func stripSession(t amqp.Table) error {
+	var lines []string
+	for k, v := range t {
+		if strings.EqualFold(k, baggageKey) {
+			lines = append(lines, texts(v)...)
+			delete(t, k)
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
+	err := propagation.StripSessionHeader(hh)
+	if kept := hh.Values(baggageKey); len(kept) > 0 {
+		t[baggageKey] = strings.Join(kept, ",")
+	}
+	return err
+}

@@ -1,0 +1,37 @@
+// Package amqpsession carries a session across AMQP 0-9-1 brokers (RabbitMQ)
+// with github.com/rabbitmq/amqp091-go: a [TableCarrier] over a message's
+// header table, a [Publisher] that injects trace context and the session
+// inside a producer span, and a [Consumer] that extracts them from a delivery
+// through the inbound trust policy, inside a consumer span.
+//
+// It owns the AMQP edge and nothing else: the trust policy is package
+// propagation's ([propagation.Inbound]), the session model package
+// otelsession's. The wire format is ordinary W3C trace context and baggage as
+// header-table entries (traceparent, tracestate, baggage) holding strings, as
+// the OpenTelemetry RabbitMQ instrumentations of other languages write them.
+//
+//	pub := amqpsession.NewPublisher()
+//	msg := amqp091.Publishing{Body: body}
+//	ctx, span := pub.Inject(ctx, &msg, "chat", "in")
+//	err := ch.PublishWithContext(ctx, "chat", "in", false, false, msg)
+//	span.End()
+//
+//	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll))
+//	for d := range deliveries {
+//		ctx, span, err := cons.Extract(base, &d) // a fresh session per delivery
+//		…
+//		span.End()
+//	}
+//
+// Header tables hold values of many types; only strings and byte arrays (and
+// arrays of them) are read as trace context or baggage, and everything else is
+// ignored without a panic. The session is injected by default;
+// [WithSessionEgress] refuses the exchanges that leave the trust domain. A nil
+// policy trusts no publisher. Each delivery starts from a Reset session. The
+// default propagator is otel.GetTextMapPropagator(), a no-op until the
+// program installs one.
+//
+// Tested on the message types alone (inject into a Publishing, carry its table
+// into a Delivery as the broker would, extract), with hostile tables: no AMQP
+// broker runs where this package is built.
+package amqpsession

@@ -1,0 +1,77 @@
+package amqpsession
+
+import (
+	"go.opentelemetry.io/otel"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the spans this package starts.
+const ScopeName = "github.com/sessionwire/sessionwire/propagation/amqpsession"
+
+// Transport is the [propagation.Peer] transport name of an AMQP message.
+const Transport = "amqp"
+
+// DefaultExchange names the default (nameless) exchange in span names and in
+// the [propagation.Peer] a policy sees, as RabbitMQ's own tools do.
+const DefaultExchange = "amq.default"
+
+// Option configures a [Publisher] or a [Consumer].
+type Option func(*config)
+
+type config struct {
+	tp     trace.TracerProvider
+	prop   otelprop.TextMapPropagator
+	egress func(exchange string) bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{egress: func(string) bool { return true }}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	return c
+}
+
+func (c *config) propagator() otelprop.TextMapPropagator {
+	if c.prop != nil {
+		return c.prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// WithTracerProvider sets where spans are started. The default is
+// otel.GetTracerProvider(), read when the Publisher or Consumer is built.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithPropagator sets the propagator that writes and reads header tables. The
+// default is otel.GetTextMapPropagator(), read for every message; it is a
+// no-op until the program calls otel.SetTextMapPropagator, and then no
+// session crosses the broker. The propagator must include
+// propagation.Baggage{}.
+func WithPropagator(p otelprop.TextMapPropagator) Option {
+	return func(c *config) { c.prop = p }
+}
+
+// WithSessionEgress decides, per exchange ([DefaultExchange] for the default
+// one), whether a [Publisher] may put the session into a message. Refused
+// exchanges still get trace context and the baggage members that are not
+// session fields, and lose any session already in the message's headers.
+// The default allows every exchange (a broker is normally inside the
+// publisher's trust domain); a nil allow refuses all. A [Consumer] ignores
+// it.
+func WithSessionEgress(allow func(exchange string) bool) Option {
+	return func(c *config) {
+		if allow == nil {
+			allow = func(string) bool { return false }
+		}
+		c.egress = allow
+	}
+}

@@ -1,0 +1,33 @@
+// Package kafkasession carries a session across Kafka records produced and
+// consumed with franz-go (github.com/twmb/franz-go/pkg/kgo): a
+// [RecordCarrier] over a record's headers, a [Publisher] that injects trace
+// context and the session inside a producer span, and a [Consumer] that
+// extracts them through the inbound trust policy, inside a consumer span.
+//
+// It owns the Kafka edge and nothing else: the trust policy is package
+// propagation's ([propagation.Inbound]), the session model package
+// otelsession's. The wire format is ordinary W3C trace context and baggage in
+// record headers (keys traceparent, tracestate, baggage), as the
+// OpenTelemetry Kafka instrumentations of other languages write them.
+//
+//	pub := kafkasession.NewPublisher()
+//	ctx, span := pub.Inject(ctx, rec) // then client.Produce; end span in the promise
+//
+//	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll))
+//	fetches.EachRecord(func(r *kgo.Record) {
+//		ctx, span, err := cons.Extract(pollCtx, r) // a fresh session per record
+//		defer span.End()
+//		…
+//	})
+//
+// The session is injected by default; [WithSessionEgress] refuses the topics
+// that leave the trust domain. A nil policy trusts no producer. Each record
+// starts from a Reset session, so nothing bound in the poll loop's context or
+// by the previous record can leak into it. The default propagator is
+// otel.GetTextMapPropagator(), a no-op until the program installs one.
+//
+// Tested on the record type alone (inject into a record, copy its headers as
+// the broker would store them, extract), with hostile headers: no Kafka broker
+// runs where this package is built, and franz-go's in-process fake cluster
+// (pkg/kfake) is a separate module this project does not depend on.
+package kafkasession

@@ -1,0 +1,172 @@
+package kafkasession
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// ErrNilRecord: a nil *kgo.Record was given.
+var ErrNilRecord = errors.New("nil Kafka record")
+
+const baggageKey = "baggage"
+
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// Publisher writes trace context and the session into the headers of
+// outgoing records, inside a producer span. Build one with [NewPublisher] and
+// share it; it is safe for concurrent use.
+type Publisher struct {
+	cfg    config
+	tracer trace.Tracer
+}
+
+// NewPublisher returns a Publisher configured by opts.
+func NewPublisher(opts ...Option) *Publisher {
+	cfg := newConfig(opts)
+	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+}
+
+// Inject starts a producer span named "send <topic>" as a child of ctx, and
+// writes the span's trace context and ctx's baggage, session included when
+// [WithSessionEgress] allows the topic, into r's headers. franz-go produces
+// asynchronously, so the caller ends the span in the produce promise:
+//
+//	ctx, span := pub.Inject(ctx, rec)
+//	client.Produce(ctx, rec, func(r *kgo.Record, err error) {
+//		if err != nil {
+//			span.RecordError(err)
+//			span.SetStatus(codes.Error, err.Error())
+//		}
+//		span.End()
+//	})
+//
+// A nil r starts no span: the returned span is a no-op, safe to end.
+func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context, trace.Span) {
+	if r == nil {
+		return ctx, noopSpan
+	}
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingDestinationName(r.Topic),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+	}
+	if r.Value == nil {
+		attrs = append(attrs, semconv.MessagingKafkaMessageTombstone(true))
+	}
+	ctx, span := p.tracer.Start(ctx, "send "+r.Topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	out := ctx
+	if !p.cfg.egress(r.Topic) {
+		out = propagation.WithoutSession(ctx)
+		if err := stripSession(r); err != nil {
+			otel.Handle(fmt.Errorf("produce to Kafka topic %q: %w", r.Topic, err))
+		}
+	}
+	p.cfg.propagator().Inject(out, NewRecordCarrier(r))
+	return ctx, span
+}
+
+// Consumer reads trace context and the session from consumed records through
+// an inbound trust policy, and starts a consumer span for each. Build one with
+// [NewConsumer] and share it; it is safe for concurrent use.
+type Consumer struct {
+	cfg    config
+	tracer trace.Tracer
+	policy *propagation.Inbound
+}
+
+// NewConsumer returns a Consumer that decides every record's session with
+// policy, which sees propagation.Peer{Transport: "kafka", Name: topic}. A nil
+// policy trusts no producer, which strips every session.
+func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
+	if policy == nil {
+		policy = propagation.NewInbound(nil)
+	}
+	cfg := newConfig(opts)
+	return &Consumer{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName), policy: policy}
+}
+
+// Policy returns the inbound policy, for its counts.
+func (c *Consumer) Policy() *propagation.Inbound { return c.policy }
+
+// Extract returns the context a handler of r runs in, and its consumer span.
+// The session of ctx is Reset first, so nothing bound before (the previous
+// record's session, the poll loop's own) reaches this record; then the
+// headers are extracted and the session kept only when the policy accepts it.
+// The span, "process <topic>", is a child of the producer's span and links to
+// it; without trace context in the record it is a child of ctx with no link.
+//
+// A refused session comes back as an error wrapping one of the propagation
+// package's Err values, with a usable context whose session is Unset and a
+// started span that records it. The caller always ends the span.
+func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context, trace.Span, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if r == nil {
+		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilRecord)
+	}
+	before := trace.SpanContextFromContext(ctx)
+	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), NewRecordCarrier(r), propagation.Peer{Transport: Transport, Name: r.Topic})
+	if err != nil {
+		err = fmt.Errorf("record from Kafka topic %q: %w", r.Topic, err)
+	}
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingDestinationName(r.Topic),
+		semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))),
+		semconv.MessagingKafkaOffset(int(r.Offset)),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+	}
+	if c.cfg.group != "" {
+		attrs = append(attrs, semconv.MessagingConsumerGroupName(c.cfg.group))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := c.tracer.Start(ctx, "process "+r.Topic, opts...)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return ctx, span, err
+}
+
+// stripSession removes session members from r's baggage headers, whatever
+// their spelling, with the propagation package's rule for HTTP headers.
+func stripSession(r *kgo.Record) error {
+	var lines []string
+	kept := r.Headers[:0]
+	for _, h := range r.Headers {
+		if strings.EqualFold(h.Key, baggageKey) {
+			lines = append(lines, string(h.Value))
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	clear(r.Headers[len(kept):])
+	r.Headers = kept
+	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
+	err := propagation.StripSessionHeader(hh)
+	for _, v := range hh.Values(baggageKey) {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: baggageKey, Value: []byte(v)})
+	}
+	return err
+}

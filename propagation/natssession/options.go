@@ -1,0 +1,97 @@
+package natssession
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the spans this package starts.
+const ScopeName = "github.com/sessionwire/sessionwire/propagation/natssession"
+
+// Transport is the [propagation.Peer] transport name of a NATS message.
+const Transport = "nats"
+
+// Option configures a [Publisher] or a [Consumer].
+type Option func(*config)
+
+type config struct {
+	tp      trace.TracerProvider
+	prop    otelprop.TextMapPropagator
+	egress  func(subject string) bool
+	onError func(context.Context, error)
+}
+
+func newConfig(opts []Option) config {
+	c := config{egress: allowAll}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	return c
+}
+
+// propagator returns the configured propagator, or the global one read now,
+// so that a program which installs its propagator after building a Publisher
+// is still served (as otelhttp does).
+func (c *config) propagator() otelprop.TextMapPropagator {
+	if c.prop != nil {
+		return c.prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+func allowAll(string) bool { return true }
+
+// WithTracerProvider sets where spans are started. The default is
+// otel.GetTracerProvider(), read when the Publisher or Consumer is built.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithPropagator sets the propagator that writes and reads message headers.
+// The default is otel.GetTextMapPropagator(), read for every message. That
+// global is a no-op until the program calls otel.SetTextMapPropagator, so a
+// program that never does must pass one here, typically
+//
+//	propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+//
+// or no session crosses the queue. The propagator must include
+// propagation.Baggage{}: the session travels as baggage.
+func WithPropagator(p otelprop.TextMapPropagator) Option {
+	return func(c *config) { c.prop = p }
+}
+
+// WithSessionEgress decides, per subject, whether a [Publisher] may put the
+// session into a message. Subjects it refuses still carry trace context and
+// the baggage members that are not session fields, but no session member,
+// even one already present in the message's headers.
+//
+// The default allows every subject: the NATS account a gateway publishes to
+// is normally inside its own trust domain, and a worker that cannot read the
+// session cannot route its reply. Refuse the subjects that leave that domain
+// (a bridge to a partner's account, a public feed). A nil allow refuses every
+// subject. A [Consumer] ignores this option.
+func WithSessionEgress(allow func(subject string) bool) Option {
+	return func(c *config) {
+		if allow == nil {
+			allow = func(string) bool { return false }
+		}
+		c.egress = allow
+	}
+}
+
+// WithOnError sets a function that a [Consumer]'s handlers call when the
+// inbound policy refuses a message's session, before the handler runs (with
+// the session Unset). Use it to count, log or reject such messages; the error
+// wraps one of the propagation package's Err values and names the subject.
+// A [Publisher] ignores this option.
+func WithOnError(f func(ctx context.Context, err error)) Option {
+	return func(c *config) { c.onError = f }
+}

@@ -1,0 +1,187 @@
+package natssession
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// Errors returned for a missing argument, so that a nil never panics deep
+// inside nats.go.
+var (
+	// ErrNilMessage: a nil *nats.Msg or jetstream.Msg was given.
+	ErrNilMessage = errors.New("nil NATS message")
+	// ErrNilConnection: a nil *nats.Conn or JetStream publisher was given.
+	ErrNilConnection = errors.New("nil NATS connection")
+)
+
+// Semantic-convention values that the semconv package has no constant for:
+// NATS is not among its well-known messaging systems, and operation names are
+// system-specific ("publish" is the NATS verb, PUB on the wire).
+var (
+	systemNATS    = semconv.MessagingSystemKey.String("nats")
+	opNamePublish = semconv.MessagingOperationName("publish")
+	opNameProcess = semconv.MessagingOperationName("process")
+)
+
+var (
+	noopSpan     = trace.SpanFromContext(context.Background())
+	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
+	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
+
+const baggageKey = "baggage"
+
+// Publisher writes trace context and the session into the headers of
+// outgoing NATS messages, inside a producer span. Build one with
+// [NewPublisher] and share it; it is safe for concurrent use.
+type Publisher struct {
+	cfg    config
+	tracer trace.Tracer
+}
+
+// NewPublisher returns a Publisher configured by opts.
+func NewPublisher(opts ...Option) *Publisher {
+	cfg := newConfig(opts)
+	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+}
+
+// Inject starts a producer span named "publish <subject>" as a child of ctx,
+// and writes that span's trace context and ctx's baggage, session included
+// when [WithSessionEgress] allows the subject, into msg.Header (allocated when
+// nil). It returns the span's context and the span; the caller publishes msg
+// and then ends the span. Use it for publishing calls this package has no
+// helper for (request-reply, PublishMsgAsync); otherwise prefer [Publisher.Publish]
+// or [Publisher.PublishJetStream].
+//
+// A nil msg starts no span: the returned span is a no-op, safe to end.
+func (p *Publisher) Inject(ctx context.Context, msg *nats.Msg) (context.Context, trace.Span) {
+	if msg == nil {
+		return ctx, noopSpan
+	}
+	ctx, span := p.tracer.Start(ctx, "publish "+msg.Subject, kindProducer, trace.WithAttributes(
+		systemNATS,
+		semconv.MessagingDestinationName(msg.Subject),
+		semconv.MessagingOperationTypeSend,
+		opNamePublish,
+	))
+	if msg.Header == nil {
+		msg.Header = nats.Header{}
+	}
+	out := ctx
+	if !p.cfg.egress(msg.Subject) {
+		out = propagation.WithoutSession(ctx)
+		// A forwarded message may already carry a session that was written
+		// before this call; the rule is about the message, not only about ctx.
+		if err := stripSession(msg.Header); err != nil {
+			otel.Handle(fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err))
+		}
+	}
+	p.cfg.propagator().Inject(out, HeaderCarrier(msg.Header))
+	return ctx, span
+}
+
+// Publish publishes msg with nc.PublishMsg inside a producer span, after
+// [Publisher.Inject]. Errors name the subject.
+func (p *Publisher) Publish(ctx context.Context, nc *nats.Conn, msg *nats.Msg) error {
+	switch {
+	case msg == nil:
+		return fmt.Errorf("publish to NATS: %w", ErrNilMessage)
+	case nc == nil:
+		return fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, ErrNilConnection)
+	}
+	_, span := p.Inject(ctx, msg)
+	defer span.End()
+	setServer(span, nc)
+	if err := nc.PublishMsg(msg); err != nil {
+		return fail(span, fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err))
+	}
+	return nil
+}
+
+// PublishJetStream publishes msg with js.PublishMsg inside a producer span,
+// after [Publisher.Inject], and returns the stream's acknowledgement. opts are
+// passed to js.PublishMsg; a message id set by them (jetstream.WithMsgID)
+// becomes the span's messaging.message.id. js is usually a
+// jetstream.JetStream.
+func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	switch {
+	case msg == nil:
+		return nil, fmt.Errorf("publish to JetStream: %w", ErrNilMessage)
+	case js == nil:
+		return nil, fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, ErrNilConnection)
+	}
+	ctx, span := p.Inject(ctx, msg)
+	defer span.End()
+	if c, ok := js.(interface{ Conn() *nats.Conn }); ok {
+		setServer(span, c.Conn())
+	}
+	ack, err := js.PublishMsg(ctx, msg, opts...)
+	if id := msg.Header.Get(jetstream.MsgIDHeader); id != "" {
+		span.SetAttributes(semconv.MessagingMessageID(id))
+	}
+	if err != nil {
+		return nil, fail(span, fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, err))
+	}
+	return ack, nil
+}
+
+// fail marks span as failed with err, and returns err.
+func fail(span trace.Span, err error) error {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.ErrorType(err))
+	return err
+}
+
+// setServer records the address of the server nc is connected to.
+func setServer(span trace.Span, nc *nats.Conn) {
+	if nc == nil || !span.IsRecording() {
+		return
+	}
+	host, port, err := net.SplitHostPort(nc.ConnectedAddr())
+	if err != nil {
+		return
+	}
+	attrs := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if n, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(n))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// stripSession removes session members from every baggage header of h,
+// whatever the spelling of its key, through the propagation package's HTTP
+// rule so that both transports agree on what a session member is.
+func stripSession(h nats.Header) error {
+	var lines []string
+	for k, v := range h {
+		if strings.EqualFold(k, baggageKey) {
+			lines = append(lines, v...)
+			delete(h, k)
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
+	err := propagation.StripSessionHeader(hh)
+	if kept := hh.Values(baggageKey); len(kept) > 0 {
+		h[baggageKey] = kept
+	}
+	return err
+}
