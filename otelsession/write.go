@@ -128,6 +128,20 @@ func WithDelegatedChild(ctx context.Context, id string) context.Context {
 	return e.apply(ctx, "delegated child")
 }
 
+// WithCwd returns a copy of ctx whose logical working directory is dir (""
+// clears it), leaving every field as it is. It is how a child process restores
+// the directory its parent's session ran in; a handler binds it with
+// [Session.Cwd]. A value that [Session.Validate] would refuse binds "" and is
+// reported to otel.Handle.
+func WithCwd(ctx context.Context, dir string) context.Context {
+	if err := checkValue(CwdKey, dir); err != nil {
+		otel.Handle(fmt.Errorf("otelsession: with cwd: cleared: %w", err))
+		dir = ""
+	}
+	e := edit{cwd: opSet, cwdVal: dir}
+	return e.apply(ctx, "with cwd")
+}
+
 // DeclareStatelessChannel returns a copy of ctx whose channel cannot receive a
 // completion after the turn ends, so [AsyncDeliverySupported] reports false.
 // It binds only that capability and, unlike Bind, does not latch [Engaged]: a

@@ -1,0 +1,82 @@
+package execsession_test
+
+// Environ beside the raw OpenTelemetry path it wraps. Run:
+//
+//	go test -run '^$' -bench Environ -benchmem -count 6 ./propagation/execsession/
+//
+// Both start from the same context (a full session bound with Bind, and a
+// span) and the same os.Environ(); the baseline only injects the carriers
+// with envcar and appends them, with no leak policy and no legacy variables.
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"go.opentelemetry.io/contrib/propagators/envcar"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/execsession"
+)
+
+var (
+	sinkEnv []string
+	sinkN   int
+)
+
+func BenchmarkEnviron(b *testing.B) {
+	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	ctx := trace.ContextWithSpanContext(otelsession.Bind(context.Background(), fullSession("/srv/work/alice")), testTrace)
+	b.Logf("os.Environ() holds %d variables", len(os.Environ()))
+
+	b.Run("sessionwire/Environ", func(b *testing.B) {
+		cfg := execsession.Config{Propagator: prop}
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkEnv = cfg.Environ(ctx, os.Environ())
+		}
+	})
+	b.Run("baseline/envcar_inject_and_append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			env := os.Environ()
+			m := make(map[string]string, 3)
+			prop.Inject(ctx, &envcar.Carrier{SetEnvFunc: func(k, v string) { m[k] = v }})
+			for k, v := range m {
+				env = append(env, k+"="+v)
+			}
+			sinkEnv = env
+		}
+	})
+	// Where Environ's extra time goes: the policy alone (a propagator that
+	// injects nothing), and reading the 22 fields, which the policy must do.
+	b.Run("parts/Environ_without_carriers", func(b *testing.B) {
+		cfg := execsession.Config{Propagator: otelprop.NewCompositeTextMapPropagator()}
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkEnv = cfg.Environ(ctx, os.Environ())
+		}
+	})
+	b.Run("parts/otelsession.Range", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			n := 0
+			otelsession.Range(ctx, func(otelsession.Field, string, otelsession.State) bool { n++; return true })
+			sinkN = n
+		}
+	})
+	b.Run("parts/propagator.Fields", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkN = len(prop.Fields())
+		}
+	})
+	b.Run("parts/os.Environ", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkEnv = os.Environ()
+		}
+	})
+}

@@ -1,0 +1,53 @@
+// Package execsession carries a session into a child process and out of it
+// again: the parent builds the child's environment from its context
+// ([Environ], [Command]); the child restores the session with one call at
+// start-up ([FromEnvironment]).
+//
+// # What the child's environment holds
+//
+//   - BAGGAGE, TRACEPARENT and TRACESTATE, the OpenTelemetry environment
+//     carriers (https://opentelemetry.io/docs/specs/otel/context/env-carriers/),
+//     injected with the configured propagator through
+//     go.opentelemetry.io/contrib/propagators/envcar. The session's remote
+//     fields travel here as ordinary baggage members, Cleared ones as %00.
+//     Whatever the parent process itself inherited under these names is
+//     replaced, or removed when the context has nothing to inject: a stale
+//     trace or baggage never passes through.
+//   - The legacy HERMES_* variable of every field, for tools that read
+//     os.Getenv. Which ones, and with what value, is the leak policy of
+//     package fallback (fallback.Decide): a field bound in the context
+//     (Set or Cleared) is written, "" for Cleared, over whatever was
+//     inherited; an Unset field is stripped in a process that binds sessions
+//     (otelsession.Engaged), because its environment holds whichever
+//     session wrote it last, and inherited as it is otherwise. Local fields
+//     (UI session id, browser control) are written too: a child process is
+//     inside the parent's trust domain, and the environment is the only way
+//     they travel.
+//   - SESSIONWIRE_CWD ([CwdVar]), the session's logical working directory,
+//     under the same policy as the legacy variables. [Command] also starts the
+//     child in that directory.
+//   - SESSIONWIRE_DELEGATED_CHILD=1 ([DelegatedChildVar]) when the context is
+//     a delegated child (otelsession.WithDelegatedChild); the variable is
+//     removed otherwise, whatever the parent inherited.
+//
+// A program that never configures a propagator (the OTel global is a no-op
+// until otel.SetTextMapPropagator is called) sends no BAGGAGE; the session
+// then reaches the child through the legacy variables only, which
+// otelsession.Getenv still reads there.
+//
+// # In the child
+//
+// [FromEnvironment] starts from a Reset context and extracts the carriers
+// through the inbound policy of package propagation, with a trust function
+// that accepts the parent (it started this process) while still validating
+// every value: malformed input gives an error and a wholly Unset session,
+// never a panic. It then binds the local fields from their legacy variables,
+// the working directory and the delegated-child mark. Remote fields come from
+// BAGGAGE only; their legacy variables stay in the environment, where
+// otelsession.Getenv finds them for any field BAGGAGE leaves Unset (a parent
+// with no baggage propagator, or one written in another language).
+//
+// This package owns the environment of child processes and nothing else: it
+// never writes the current process's environment, and it decides no policy of
+// its own — the leak policy is fallback's, the trust policy propagation's.
+package execsession

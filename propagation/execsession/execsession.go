@@ -1,0 +1,406 @@
+package execsession
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/contrib/propagators/envcar"
+	"go.opentelemetry.io/otel"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/fallback"
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// Variables this package writes beside the OTel carriers and the legacy
+// HERMES_* variables.
+const (
+	// DelegatedChildVar is "1" in the environment of a child started from a
+	// delegated child's context, and absent otherwise.
+	DelegatedChildVar = "SESSIONWIRE_DELEGATED_CHILD"
+	// CwdVar holds the session's logical working directory (otelsession.Cwd).
+	CwdVar = "SESSIONWIRE_CWD"
+)
+
+// carrierVars are the OTel environment carriers of the W3C propagators
+// (https://opentelemetry.io/docs/specs/otel/context/env-carriers/). They are
+// always replaced or removed, whatever the configured propagator, because
+// an inherited one belongs to whatever started this process, not to the
+// context a child is started from.
+var carrierVars = [...]string{"BAGGAGE", "TRACEPARENT", "TRACESTATE"}
+
+// ErrInvalidVariable: a variable this package reads in a child (a local
+// field, CwdVar, DelegatedChildVar) holds a value the parent could not have
+// written.
+var ErrInvalidVariable = errors.New("invalid session variable in the environment")
+
+// Config configures the bridge. Its zero value is ready to use; the
+// package-level functions use it.
+type Config struct {
+	// Propagator injects the carriers in the parent and extracts them in the
+	// child; nil means otel.GetTextMapPropagator(), read at each call. Parent
+	// and child must agree on it, and it must include propagation.Baggage{}
+	// for the session's remote fields to travel in BAGGAGE.
+	Propagator otelprop.TextMapPropagator
+	// Inbound is the trust policy a child applies to what its parent sent;
+	// nil means one that trusts the parent (propagation.TrustAll: the parent
+	// started this process, so it is in the same trust domain), shared by
+	// every zero Config. Values are validated either way.
+	Inbound *propagation.Inbound
+}
+
+// defaultInbound is the policy of the zero Config.
+var defaultInbound = propagation.NewInbound(propagation.TrustAll)
+
+func (c Config) propagator() otelprop.TextMapPropagator {
+	if c.Propagator != nil {
+		return c.Propagator
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// Environ returns the environment for a child process started from ctx, built
+// from inherited (usually os.Environ()) and the zero Config; see
+// [Config.Environ].
+func Environ(ctx context.Context, inherited []string) []string {
+	return Config{}.Environ(ctx, inherited)
+}
+
+// Command is [Config.Command] with the zero Config.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return Config{}.Command(ctx, name, args...)
+}
+
+// FromEnvironment is [Config.FromEnvironment] with the zero Config.
+func FromEnvironment(ctx context.Context) (context.Context, error) {
+	return Config{}.FromEnvironment(ctx)
+}
+
+// Environ returns the environment for a child process started from ctx, in
+// the "KEY=value" form of os.Environ and exec.Cmd.Env. Entries of inherited
+// that the bridge does not manage are kept, in their order; the managed ones
+// follow: the legacy HERMES_* variables and CwdVar as the leak policy of
+// package fallback decides, DelegatedChildVar when ctx is a delegated
+// child, and the OTel carriers the propagator injects. BAGGAGE, TRACEPARENT,
+// TRACESTATE and every other name the propagator uses are removed from
+// inherited first, so only what ctx holds reaches the child. inherited is not
+// modified, and the current process's environment is never written.
+func (c Config) Environ(ctx context.Context, inherited []string) []string {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	prop := c.propagator()
+	inj := new(injection)
+	inj.carrier.SetEnvFunc = inj.set
+	prop.Inject(ctx, &inj.carrier)
+	carriers := inj.pairs()
+	replaced := propagatorVars(prop)
+
+	// One pass over inherited: unmanaged entries are kept in order, managed
+	// ones only noted (the last one wins, as in exec.Cmd) for the policy.
+	// Most names are told apart by their first byte alone.
+	first := managedFirstBytes
+	for _, n := range replaced {
+		first[n[0]] = true
+	}
+	var seen [numVars]struct {
+		kv, value string
+		present   bool
+	}
+	env := make([]string, 0, len(inherited)+numVars+len(carriers)+1)
+	for _, kv := range inherited {
+		if kv == "" || !first[kv[0]] {
+			env = append(env, kv)
+			continue
+		}
+		name, value, _ := strings.Cut(kv, "=")
+		if i := varIndex(name); i >= 0 {
+			seen[i].kv, seen[i].value, seen[i].present = kv, value, true
+			continue
+		}
+		if name == DelegatedChildVar || slices.Contains(replaced, name) {
+			continue
+		}
+		env = append(env, kv)
+	}
+
+	// The leak policy (fallback.Decide, which fallback.ChildEnviron applies
+	// too) for every field and the working directory, in index order.
+	engaged := otelsession.Engaged()
+	var decided [numVars]struct {
+		value string
+		out   uint8 // 0 absent, 1 the inherited entry as it is, 2 write value
+	}
+	size := 0
+	decide := func(i int, v fallback.Var) {
+		value, keep := fallback.Decide(v, seen[i].value, seen[i].present, engaged)
+		switch {
+		case !keep:
+		case seen[i].present && value == seen[i].value && len(seen[i].kv) > len(v.Name):
+			decided[i].out = 1
+		default:
+			decided[i].value, decided[i].out = value, 2
+			size += len(v.Name) + 1 + len(value)
+		}
+	}
+	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+		decide(int(f)-1, fallback.Var{Name: varNames[f-1], Bound: st != otelsession.Unset, Value: v})
+		return true
+	})
+	cwd := otelsession.Cwd(ctx)
+	decide(cwdIndex, fallback.Var{Name: CwdVar, Bound: cwd != "", Value: cwd})
+	for _, kv := range carriers {
+		size += len(kv[0]) + 1 + len(kv[1])
+	}
+
+	// Every entry written here shares one allocation.
+	var b strings.Builder
+	b.Grow(size) // never outgrown, so the substrings taken below stay valid
+	add := func(name, value string) {
+		start := b.Len()
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(value)
+		env = append(env, b.String()[start:])
+	}
+	for i, d := range decided {
+		switch d.out {
+		case 1:
+			env = append(env, seen[i].kv)
+		case 2:
+			add(varNames[i], d.value)
+		}
+	}
+	if otelsession.IsDelegatedChild(ctx) {
+		env = append(env, DelegatedChildVar+"=1")
+	}
+	for _, kv := range carriers {
+		add(kv[0], kv[1])
+	}
+	return env
+}
+
+// The variables the leak policy decides on: every field, indexed by Field-1,
+// then CwdVar.
+const (
+	numFields = int(otelsession.FieldCronAutoDeliverThreadID)
+	cwdIndex  = numFields
+	numVars   = numFields + 1
+)
+
+var varNames = func() (names [numVars]string) {
+	if fs := otelsession.Fields(); len(fs) != numFields || fs[numFields-1] != otelsession.FieldCronAutoDeliverThreadID {
+		panic("execsession: the field schema changed; update numFields")
+	}
+	for _, f := range otelsession.Fields() {
+		names[f-1] = f.Name()
+	}
+	names[cwdIndex] = CwdVar
+	return names
+}()
+
+// managedFirstBytes holds the first byte of every name Environ manages
+// beside the propagator's.
+var managedFirstBytes = func() (first [256]bool) {
+	for _, n := range varNames {
+		first[n[0]] = true
+	}
+	first[DelegatedChildVar[0]] = true
+	for _, n := range carrierVars {
+		first[n[0]] = true
+	}
+	return first
+}()
+
+// varIndex returns name's index in varNames, or -1.
+func varIndex(name string) int {
+	if name == CwdVar {
+		return cwdIndex
+	}
+	if !strings.HasPrefix(name, "HERMES_") {
+		return -1
+	}
+	if f, ok := otelsession.FieldByName(name); ok {
+		return int(f) - 1
+	}
+	return -1
+}
+
+// injection collects what a propagator injects through its envcar carrier,
+// in injection order; a name set twice keeps its last value. The W3C
+// propagators set at most three names, which fit without another allocation.
+type injection struct {
+	carrier envcar.Carrier
+	fixed   [3][2]string
+	kv      [][2]string
+}
+
+func (in *injection) set(name, value string) {
+	for i := range in.kv {
+		if in.kv[i][0] == name {
+			in.kv[i][1] = value
+			return
+		}
+	}
+	if in.kv == nil {
+		in.kv = in.fixed[:0]
+	}
+	in.kv = append(in.kv, [2]string{name, value})
+}
+
+// pairs returns what was injected, sorted by name.
+func (in *injection) pairs() [][2]string {
+	slices.SortFunc(in.kv, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	return in.kv
+}
+
+// propagatorVars returns the environment names prop may write: the W3C
+// carriers, and the normalised names of its fields when it uses others (B3,
+// Jaeger, …).
+func propagatorVars(prop otelprop.TextMapPropagator) []string {
+	names := carrierVars[:]
+	for _, f := range prop.Fields() {
+		if slices.ContainsFunc(carrierVars[:], func(n string) bool { return strings.EqualFold(n, f) }) {
+			continue
+		}
+		if n := envName(f); !slices.Contains(names, n) {
+			names = append(names[:len(names):len(names)], n)
+		}
+	}
+	return names
+}
+
+// envName normalises a carrier key as envcar does (the OTel env-carrier
+// rule): upper case, every byte outside [A-Z0-9_] replaced by "_", and a
+// leading digit prefixed with "_".
+func envName(key string) string {
+	var b strings.Builder
+	if key == "" || key[0] >= '0' && key[0] <= '9' {
+		b.WriteByte('_')
+	}
+	for _, r := range key {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+		case r >= 'a' && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// Command returns exec.CommandContext(ctx, name, args...) prepared to carry
+// ctx's session: Env is c.Environ(ctx, os.Environ()), and when the session
+// has a working directory (otelsession.Cwd) the child starts there, with
+// PWD set to match as os/exec does when it builds the environment itself.
+// Change Dir afterwards to start the child elsewhere (PWD then names the
+// session's directory, which shells and os.Getwd ignore when it is not the
+// real one). As with exec.CommandContext, ctx must not be nil, and the child
+// is killed when ctx is done.
+func (c Config) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = c.Environ(ctx, os.Environ())
+	if dir := otelsession.Cwd(ctx); dir != "" {
+		cmd.Dir = dir
+		if filepath.IsAbs(dir) {
+			// os/exec keeps the last of duplicate names.
+			cmd.Env = append(cmd.Env, "PWD="+dir)
+		}
+	}
+	return cmd
+}
+
+// FromEnvironment returns ctx carrying the session the parent process passed
+// in this process's environment. Call it once at start-up, in a program
+// started with [Command] or [Environ]; the result is what the session was in
+// the parent's context, local fields, working directory and delegated-child
+// mark included.
+//
+// It starts from otelsession.Reset(ctx), extracts the OTel carriers with
+// c.Propagator through c.Inbound (propagation.Inbound.Extract, peer transport
+// "env"), then binds the local fields from their legacy variables (present
+// and empty is Cleared, absent is Unset), the working directory from CwdVar,
+// and the delegated-child mark from DelegatedChildVar. Remote fields are read
+// from BAGGAGE only; a field it leaves Unset still reads its legacy variable
+// through otelsession.Getenv. It neither writes the environment nor latches
+// otelsession.Engaged.
+//
+// Malformed input (a session member that is not valid baggage, an oversized
+// or duplicated one, a value no parent could have written) returns a context
+// whose session is wholly Unset and an error wrapping the reason:
+// propagation's Err values for BAGGAGE, [ErrInvalidVariable] for the others.
+// Trace context and baggage members that are not session fields are kept
+// as the propagator extracted them.
+func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var errs []error
+
+	// The mark is set before extraction, which Resets the session but keeps
+	// the mark: otherwise the session id would have to be bound to set it.
+	switch v, ok := os.LookupEnv(DelegatedChildVar); {
+	case v == "1":
+		ctx = otelsession.WithDelegatedChild(ctx, "")
+	case ok && v != "":
+		errs = append(errs, fmt.Errorf("%s is not \"1\": %w", DelegatedChildVar, ErrInvalidVariable))
+	}
+
+	type binding struct {
+		f     otelsession.Field
+		value string
+	}
+	var locals []binding
+	check := otelsession.Session{}
+	for _, f := range otelsession.Fields() {
+		if f.Scope() != otelsession.Local {
+			continue
+		}
+		if v, ok := os.LookupEnv(f.Name()); ok {
+			locals = append(locals, binding{f, v})
+			switch f {
+			case otelsession.FieldUISessionID:
+				check.UISessionID = v
+			case otelsession.FieldBrowserControlPrincipal:
+				check.BrowserControlPrincipal = v
+			case otelsession.FieldBrowserControlTransportFamily:
+				check.BrowserControlTransportFamily = v
+			default:
+				// A local field this package does not know yet: With
+				// still validates it, reporting to otel.Handle.
+			}
+		}
+	}
+	check.Cwd = os.Getenv(CwdVar)
+	if err := check.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidVariable, err))
+	}
+
+	inbound := c.Inbound
+	if inbound == nil {
+		inbound = defaultInbound
+	}
+	ctx, err := inbound.Extract(ctx, c.Propagator, &envcar.Carrier{}, propagation.Peer{Transport: "env"})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return otelsession.Reset(ctx), fmt.Errorf("execsession: session from the parent process's environment: %w", errors.Join(errs...))
+	}
+	for _, l := range locals {
+		ctx = otelsession.With(ctx, l.f, l.value)
+	}
+	if check.Cwd != "" {
+		ctx = otelsession.WithCwd(ctx, check.Cwd)
+	}
+	return ctx, nil
+}
