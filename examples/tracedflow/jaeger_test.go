@@ -1,0 +1,218 @@
+package main
+
+// The end-to-end check of traces: a real Jaeger v2 (built by
+// collector-config/jaegertool/build.sh, path in SESSIONWIRE_JAEGER) receives
+// the flow's spans over OTLP/HTTP, and its query API is asked for one
+// message's thread.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+func TestMain(m *testing.M) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if os.Getenv(toolEnv) != "" { // the child process the worker runs
+		os.Exit(runTool(os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+func TestFlowRoutesEveryDelivery(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	res, err := run(context.Background(), 12, &summary{})
+	require.NoError(t, err)
+	assert.Equal(t, 24, res.delivered)
+	assert.Zero(t, res.misrouted)
+	assert.Zero(t, res.lost)
+	assert.Zero(t, res.toolMismatch)
+	assert.Zero(t, res.downstreamMismatch)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// jaegerSpan is the part of Jaeger's /api/traces answer the test reads.
+type jaegerSpan struct {
+	TraceID       string `json:"traceID"`
+	SpanID        string `json:"spanID"`
+	OperationName string `json:"operationName"`
+	ProcessID     string `json:"processID"`
+	References    []struct {
+		RefType string `json:"refType"`
+		TraceID string `json:"traceID"`
+		SpanID  string `json:"spanID"`
+	} `json:"references"`
+	Tags []struct {
+		Key   string `json:"key"`
+		Value any    `json:"value"`
+	} `json:"tags"`
+}
+
+type jaegerTrace struct {
+	TraceID   string                                  `json:"traceID"`
+	Spans     []jaegerSpan                            `json:"spans"`
+	Processes map[string]struct{ ServiceName string } `json:"processes"`
+}
+
+func (s jaegerSpan) tag(key string) (string, bool) {
+	for _, t := range s.Tags {
+		if t.Key == key {
+			return fmt.Sprint(t.Value), true
+		}
+	}
+	return "", false
+}
+
+func startJaeger(t *testing.T) (otlp, query string) {
+	bin := os.Getenv("SESSIONWIRE_JAEGER")
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("SESSIONWIRE_JAEGER is not set: .ci/run builds Jaeger with collector-config/jaegertool/build.sh and exports its path")
+		}
+		t.Skip("set SESSIONWIRE_JAEGER=$(collector-config/jaegertool/build.sh) to run the Jaeger end-to-end test")
+	}
+	otlp, query = freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--config=file:"+filepath.Join("..", "..", "collector-config", "jaeger.yaml"))
+	cmd.Env = append(os.Environ(), "JAEGER_OTLP_HTTP="+otlp, "JAEGER_OTLP_GRPC="+freeAddr(t),
+		"JAEGER_QUERY_HTTP="+query, "JAEGER_QUERY_GRPC="+freeAddr(t))
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.WaitDelay = 5 * time.Second
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("jaeger output:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + query + "/api/services")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return otlp, query
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jaeger did not answer on %s within 60s", query)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// tracesByTag asks Jaeger for the traces of service holding a span tagged
+// key=value, waiting (bounded) until at least min have been ingested.
+func tracesByTag(t *testing.T, query, service, key, value string, min int) []jaegerTrace {
+	t.Helper()
+	tags, _ := json.Marshal(map[string]string{key: value})
+	u := fmt.Sprintf("http://%s/api/traces?service=%s&limit=100&lookback=1h&tags=%s", query, url.QueryEscape(service), url.QueryEscape(string(tags)))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(u)
+		require.NoError(t, err)
+		var body struct {
+			Data []jaegerTrace `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if len(body.Data) >= min || time.Now().After(deadline) {
+			return body.Data
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func TestJaegerFindsOneMessageByThread(t *testing.T) {
+	otlp, query := startJaeger(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+otlp)
+
+	res, err := run(context.Background(), 2, &summary{})
+	require.NoError(t, err)
+	require.Zero(t, res.misrouted)
+	require.Zero(t, res.lost)
+
+	mine, other := conversation(0), conversation(1)
+
+	// The turn: one trace, from the gateway through every hop.
+	turns := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", mine.ThreadID, 1)
+	require.Len(t, turns, 1, "exactly that message's trace")
+	turn := turns[0]
+	t.Logf("turn trace %s: %d spans", turn.TraceID, len(turn.Spans))
+	services := map[string]bool{}
+	var originSpan string
+	for _, s := range turn.Spans {
+		thread, ok := s.tag("session.thread_id")
+		if !ok {
+			continue // spans started before the session was bound (an HTTP client span's parent, say)
+		}
+		assert.Equal(t, mine.ThreadID, thread, "%s carries another session", s.OperationName)
+		services[turn.Processes[s.ProcessID].ServiceName] = true
+		chat, _ := s.tag("session.chat_id")
+		assert.Equal(t, mine.ChatID, chat, s.OperationName)
+		anchor, _ := s.tag("session.message_id")
+		assert.Equal(t, mine.MessageID, anchor, s.OperationName)
+		if name, ok := s.tag("session.user_name"); ok {
+			assert.True(t, strings.HasPrefix(name, "hmac:"), "%s: user name in clear", s.OperationName)
+		}
+		if strings.HasPrefix(s.OperationName, "process ") {
+			originSpan = s.SpanID
+		}
+	}
+	for _, svc := range []string{"tracedflow-gateway", "tracedflow-worker", "tracedflow-tool", "tracedflow-downstream", "tracedflow-router"} {
+		assert.True(t, services[svc], "no span of %s carries the session", svc)
+	}
+	raw, err := json.Marshal(turn)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), mine.UserName, "no user name in clear anywhere in the trace")
+	assert.NotContains(t, string(raw), other.ThreadID, "the other conversation's fields never appear")
+
+	// The background completion: its own trace, linked to the turn.
+	completions := tracesByTag(t, query, "tracedflow-router", "session.thread_id", mine.ThreadID, 2)
+	var linked bool
+	for _, tr := range completions {
+		for _, s := range tr.Spans {
+			if s.OperationName != "deliver completion" {
+				continue
+			}
+			for _, ref := range s.References {
+				if ref.RefType == "FOLLOWS_FROM" && ref.TraceID == turn.TraceID && ref.SpanID == originSpan {
+					linked = true
+				}
+			}
+			assert.NotEqual(t, turn.TraceID, s.TraceID, "a completion after the turn starts its own trace")
+		}
+	}
+	assert.True(t, linked, "the completion's span links to the turn's consumer span")
+
+	// The second conversation's trace is its own.
+	others := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", other.ThreadID, 1)
+	require.Len(t, others, 1)
+	assert.NotEqual(t, turn.TraceID, others[0].TraceID)
+	raw, _ = json.Marshal(others[0])
+	assert.NotContains(t, string(raw), `"`+mine.ThreadID+`"`)
+}
