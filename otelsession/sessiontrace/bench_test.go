@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	otellog "go.opentelemetry.io/otel/log"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -83,3 +85,32 @@ func BenchmarkLogRecord(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkOTelLogRecord(b *testing.B) {
+	ctx := otelsession.Bind(context.Background(), fullSession())
+	run := func(b *testing.B, procs ...sdklog.Processor) {
+		var opts []sdklog.LoggerProviderOption
+		for _, p := range procs {
+			opts = append(opts, sdklog.WithProcessor(p))
+		}
+		// A processor that keeps nothing stands for the exporter.
+		opts = append(opts, sdklog.WithProcessor(sdklog.NewSimpleProcessor(discardLogs{})))
+		logger := sdklog.NewLoggerProvider(opts...).Logger("bench")
+		var rec otellog.Record
+		rec.SetBody(attribute.StringValue("notified"))
+		b.ReportAllocs()
+		for b.Loop() {
+			logger.Emit(ctx, rec)
+		}
+	}
+	b.Run("baseline/no_session_processor", func(b *testing.B) { run(b) })
+	b.Run("sessiontrace/log_processor", func(b *testing.B) {
+		run(b, sessiontrace.NewLogProcessor(sessiontrace.Redaction{}))
+	})
+}
+
+type discardLogs struct{}
+
+func (discardLogs) Export(context.Context, []sdklog.Record) error { return nil }
+func (discardLogs) Shutdown(context.Context) error                { return nil }
+func (discardLogs) ForceFlush(context.Context) error              { return nil }

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	otellog "go.opentelemetry.io/otel/log"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -141,3 +144,49 @@ func TestLogHandler(t *testing.T) {
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
 	assert.Contains(t, rec["g"], "session.chat_id")
 }
+
+func TestLogProcessor(t *testing.T) {
+	t.Parallel()
+	exp := &recordingLogExporter{}
+	lp := sdklog.NewLoggerProvider(
+		sdklog.WithProcessor(sessiontrace.NewLogProcessor(sessiontrace.Redaction{})),
+		sdklog.WithProcessor(sdklog.NewSimpleProcessor(exp)),
+	)
+	defer func() { require.NoError(t, lp.Shutdown(context.Background())) }()
+
+	ctx := otelsession.Bind(context.Background(), session())
+	var rec otellog.Record
+	rec.SetBody(attribute.StringValue("notified"))
+	lp.Logger("test").Emit(ctx, rec)
+	lp.Logger("test").Emit(context.Background(), rec)
+
+	require.Len(t, exp.records, 2)
+	got := map[string]string{}
+	exp.records[0].WalkAttributes(func(kv attribute.KeyValue) bool {
+		got[string(kv.Key)] = kv.Value.AsString()
+		return true
+	})
+	assert.Equal(t, "-100123", got["session.chat_id"])
+	v, ok := got["session.thread_id"]
+	assert.True(t, ok)
+	assert.Equal(t, "", v, "Cleared is the empty string")
+	_, ok = got["session.user_name"]
+	assert.False(t, ok, "the user name is not copied in clear")
+	assert.Equal(t, 0, exp.records[1].AttributesLen(), "no session, no attributes")
+}
+
+type recordingLogExporter struct {
+	mu      sync.Mutex
+	records []sdklog.Record
+}
+
+func (e *recordingLogExporter) Export(_ context.Context, rs []sdklog.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range rs {
+		e.records = append(e.records, r.Clone())
+	}
+	return nil
+}
+func (*recordingLogExporter) Shutdown(context.Context) error   { return nil }
+func (*recordingLogExporter) ForceFlush(context.Context) error { return nil }
