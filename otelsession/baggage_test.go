@@ -235,3 +235,26 @@ func TestBindWhenApplicationBaggageFillsTheBudget(t *testing.T) {
 		})
 	}
 }
+
+// A signature covers the session it was made over: any write drops it.
+func TestWritesDropTheSignature(t *testing.T) {
+	t.Parallel()
+	signed := func() context.Context {
+		ctx := otelsession.Bind(context.Background(), otelsession.Session{ChatID: "c"})
+		b, err := baggage.FromContext(ctx).SetMember(member(t, otelsession.SignatureKey, "v1.k1.1767225600.abc"))
+		require.NoError(t, err)
+		return baggage.ContextWithBaggage(ctx, b)
+	}
+	for name, write := range map[string]func(context.Context) context.Context{
+		"bind":      func(c context.Context) context.Context { return otelsession.Bind(c, otelsession.Session{ChatID: "c"}) },
+		"clear":     otelsession.Clear,
+		"reset":     otelsession.Reset,
+		"with":      func(c context.Context) context.Context { return otelsession.With(c, otelsession.FieldThreadID, "t") },
+		"stateless": otelsession.DeclareStatelessChannel,
+		"id":        func(c context.Context) context.Context { return otelsession.WithDelegatedChild(c, "child") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Empty(t, baggage.FromContext(write(signed())).Member(otelsession.SignatureKey).Key())
+		})
+	}
+}

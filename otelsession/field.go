@@ -114,6 +114,11 @@ const (
 	// CwdKey names the session's logical working directory in spans, logs and
 	// tools. Like the local fields it is never a baggage member.
 	CwdKey = KeyPrefix + "cwd"
+	// SignatureKey is the baggage member that carries a signature over the
+	// session's members (see package propagation). Every writer in this
+	// package removes it: a session that changed is no longer the one that
+	// was signed.
+	SignatureKey = KeyPrefix + "sig"
 )
 
 // Derived once from schema; read-only afterwards.
@@ -211,7 +216,7 @@ func isOwnedKey(key string) bool {
 	if len(key) <= len(KeyPrefix) || key[:len(KeyPrefix)] != KeyPrefix {
 		return false
 	}
-	if key == AsyncDeliveryKey || key == CwdKey {
+	if key == AsyncDeliveryKey || key == CwdKey || key == SignatureKey {
 		return true
 	}
 	_, ok := fieldByKey[key]

@@ -122,7 +122,7 @@ func isSessionKey(key string) bool {
 	if _, ok := otelsession.FieldByKey(key); ok {
 		return true
 	}
-	return key == otelsession.CwdKey || key == otelsession.AsyncDeliveryKey
+	return key == otelsession.CwdKey || key == otelsession.AsyncDeliveryKey || key == otelsession.SignatureKey
 }
 
 func hasDotSegment(p string) bool {
