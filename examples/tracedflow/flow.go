@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
@@ -77,7 +78,7 @@ type flow struct {
 
 const stream = "JOBS"
 
-func startFlow(ctx context.Context, storeDir string, sum *summary) (_ *flow, err error) {
+func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ *flow, err error) {
 	f := &flow{arrived: make(chan struct{}, 1024), toolSeen: map[string]string{}, downSeen: map[string]string{}}
 	defer func() {
 		if err != nil {
@@ -86,7 +87,7 @@ func startFlow(ctx context.Context, storeDir string, sum *summary) (_ *flow, err
 	}()
 	tp := map[string]*sdktrace.TracerProvider{}
 	for _, role := range []string{"gateway", "worker", "downstream", "router"} {
-		p, err := newProvider(ctx, "tracedflow-"+role, sum)
+		p, err := demotrace.NewProvider(ctx, "tracedflow-"+role, sum)
 		if err != nil {
 			return nil, err
 		}

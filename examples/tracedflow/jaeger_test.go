@@ -23,6 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
 )
 
 func TestMain(m *testing.M) {
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 
 func TestFlowRoutesEveryDelivery(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	res, err := run(context.Background(), 12, &summary{})
+	res, err := run(context.Background(), 12, &demotrace.Summary{})
 	require.NoError(t, err)
 	assert.Equal(t, 24, res.delivered)
 	assert.Zero(t, res.misrouted)
@@ -151,7 +153,7 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	otlp, query := startJaeger(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+otlp)
 
-	res, err := run(context.Background(), 2, &summary{})
+	res, err := run(context.Background(), 2, &demotrace.Summary{})
 	require.NoError(t, err)
 	require.Zero(t, res.misrouted)
 	require.Zero(t, res.lost)

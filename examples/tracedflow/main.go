@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
 )
@@ -51,7 +52,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tracedflow: -conversations must be between 1 and 1000")
 		os.Exit(2)
 	}
-	sum := &summary{}
+	sum := &demotrace.Summary{}
 	res, err := run(context.Background(), *conversations, sum)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracedflow:", err)
@@ -74,7 +75,7 @@ func runTool(out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "tool:", err)
 		return 1
 	}
-	tp, err := newProvider(ctx, "tracedflow-tool", &summary{})
+	tp, err := demotrace.NewProvider(ctx, "tracedflow-tool", &demotrace.Summary{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tool:", err)
 		return 1
@@ -109,7 +110,7 @@ func conversation(i int) chatMessage {
 
 // run sends one message per conversation, concurrently, and waits for every
 // reply and completion.
-func run(ctx context.Context, n int, sum *summary) (result, error) {
+func run(ctx context.Context, n int, sum *demotrace.Summary) (result, error) {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "tracedflow-*")
 	if err != nil {

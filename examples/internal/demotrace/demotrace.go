@@ -1,4 +1,8 @@
-package main
+// Package demotrace sets up tracing for the example programs: every span
+// carries the session (sessiontrace), and spans go to an OTLP/HTTP collector
+// when OTEL_EXPORTER_OTLP_ENDPOINT is set, or to an in-memory Summary that a
+// program prints as counts by service and span name.
+package demotrace
 
 import (
 	"context"
@@ -20,10 +24,10 @@ import (
 // secret and keeps it stable; the demo's is fixed so runs correlate.
 var hashKey = []byte("sessionwire-demo-key, not a secret")
 
-// newProvider returns a tracer provider for one role of the flow: spans carry
-// the session (sessiontrace) and go to OTLP/HTTP when
-// OTEL_EXPORTER_OTLP_ENDPOINT is set, else to the in-memory summary.
-func newProvider(ctx context.Context, service string, sum *summary) (*sdktrace.TracerProvider, error) {
+// NewProvider returns a tracer provider for one role of a program: spans
+// carry the session and go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is
+// set, else to sum.
+func NewProvider(ctx context.Context, service string, sum *Summary) (*sdktrace.TracerProvider, error) {
 	var exp sdktrace.SpanExporter = sum
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 		e, err := otlptracehttp.New(ctx)
@@ -39,14 +43,14 @@ func newProvider(ctx context.Context, service string, sum *summary) (*sdktrace.T
 	), nil
 }
 
-// summary is the default exporter: it counts spans by service and name, so
+// Summary is the default exporter: it counts spans by service and name, so
 // the demo prints what was traced without a flood.
-type summary struct {
+type Summary struct {
 	mu     sync.Mutex
 	counts map[string]int
 }
 
-func (s *summary) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (s *Summary) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.counts == nil {
@@ -64,9 +68,9 @@ func (s *summary) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) 
 	return nil
 }
 
-func (*summary) Shutdown(context.Context) error { return nil }
+func (*Summary) Shutdown(context.Context) error { return nil }
 
-func (s *summary) String() string {
+func (s *Summary) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lines := make([]string, 0, len(s.counts))
