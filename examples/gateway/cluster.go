@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+)
+
+// services is what the load role hosts: the chat platforms and the
+// downstream service, on one loopback server.
+func services(ctx context.Context, addr string, p *platforms) (platformURL, downstreamURL string, err error) {
+	mux := http.NewServeMux()
+	mux.Handle("/platforms/", http.StripPrefix("/platforms", p))
+	mux.Handle("/downstream", downstream())
+	base, err := serve(ctx, addr, mux)
+	if err != nil {
+		return "", "", err
+	}
+	return base + "/platforms", base + "/downstream", nil
+}
+
+// embeddedNATS starts a NATS server with JetStream on a random loopback port,
+// its store in a temporary directory removed at shutdown.
+func embeddedNATS() (*server.Server, func(), error) {
+	dir, err := os.MkdirTemp("", "sessionwire-gateway-*")
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the JetStream store directory: %w", err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("start the embedded NATS server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		os.RemoveAll(dir)
+		return nil, nil, errors.New("the embedded NATS server was not ready within 10s")
+	}
+	return ns, func() { ns.Shutdown(); ns.WaitForShutdown(); os.RemoveAll(dir) }, nil
+}
+
+// topology is every role on one machine: the gateway, the router, the
+// workers (in this process, or as child processes with chaos), the platforms
+// and the downstream service, on an embedded NATS server unless a URL is given.
+type topology struct {
+	cfg      config
+	nc       *nats.Conn
+	p        *platforms
+	procs    *workerProcs
+	tp       *sdktrace.TracerProvider
+	traces   *demotrace.Summary
+	cancel   context.CancelFunc
+	shutdown func()
+}
+
+func startTopology(ctx context.Context, c config) (_ *topology, err error) {
+	t := &topology{cfg: c, traces: &demotrace.Summary{}, shutdown: func() {}}
+	defer func() {
+		if err != nil {
+			t.stop()
+		}
+	}()
+	if t.cfg.natsURL == "" {
+		ns, shutdown, err := embeddedNATS()
+		if err != nil {
+			return nil, err
+		}
+		t.shutdown = shutdown
+		t.cfg.natsURL = ns.ClientURL()
+	}
+	ctx, t.cancel = context.WithCancel(ctx)
+	var js jetstream.JetStream
+	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all"); err != nil {
+		return nil, err
+	}
+	if t.tp, err = demotrace.NewProvider(ctx, "gateway", t.traces); err != nil {
+		return nil, err
+	}
+	t.p = newPlatforms()
+	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(ctx, "127.0.0.1:0", t.p); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 2+t.cfg.workers)
+	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, done); err != nil {
+		return nil, err
+	}
+	if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, done); err != nil {
+		return nil, err
+	}
+	if t.cfg.chaos {
+		t.procs = &workerProcs{cfg: t.cfg}
+		if err := t.procs.start(t.cfg.workers); err != nil {
+			return nil, err
+		}
+		go t.procs.chaos(ctx)
+		return t, nil
+	}
+	for range t.cfg.workers {
+		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tp, done); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// drive sends one load through the topology.
+func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (summary, error) {
+	c := t.cfg
+	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
+		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: progress, seed: seed}, t.nc, t.p)
+	s.Store = c.store
+	return s, err
+}
+
+func (t *topology) stop() {
+	if t.procs != nil {
+		t.procs.stop()
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if t.tp != nil {
+		_ = t.tp.Shutdown(context.Background())
+	}
+	if t.nc != nil {
+		t.nc.Close()
+	}
+	t.shutdown()
+}
+
+// runAll runs every role and one load, and prints the summary.
+func runAll(ctx context.Context, c config) error {
+	t, err := startTopology(ctx, c)
+	if err != nil {
+		return err
+	}
+	var progress io.Writer
+	if !c.asJSON {
+		progress = os.Stderr
+		fmt.Fprintf(os.Stderr, "gateway: %d messages over %d conversations, sessions in %s, NATS at %s\n",
+			c.messages, c.conversations, c.store, t.cfg.natsURL)
+	}
+	s, err := t.drive(ctx, c.seed, progress)
+	kills := 0
+	if t.procs != nil {
+		t.procs.stop()
+		kills = t.procs.kills
+	}
+	t.stop()
+	if err != nil {
+		return err
+	}
+	if c.chaos && !c.asJSON {
+		fmt.Fprintf(os.Stderr, "chaos: %d worker processes killed with SIGKILL and restarted during the run\n", kills)
+	}
+	if !c.asJSON && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+		defer fmt.Printf("\nspans by service / name (OTEL_EXPORTER_OTLP_ENDPOINT sends them to a collector instead):\n%s\n", t.traces)
+	}
+	return printSummary(c, s)
+}
+
+// runLoad is the load role on its own: it hosts the platforms and the
+// downstream service and drives the load against --ingress-url.
+func runLoad(ctx context.Context, c config) error {
+	if c.ingressURL == "" {
+		return errors.New("--role load needs --ingress-url")
+	}
+	nc, _, err := connect(ctx, c.natsURL, "load")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	p := newPlatforms()
+	platformURL, downstreamURL, err := services(ctx, c.listen, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "load: platforms at %s, downstream at %s\n", platformURL, downstreamURL)
+	if err := waitReady(ctx, c.ingressURL+"/healthz", 30*time.Second); err != nil {
+		return err
+	}
+	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
+		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed}, nc, p)
+	if err != nil {
+		return err
+	}
+	s.Store = c.store
+	return printSummary(c, s)
+}
+
+func waitReady(ctx context.Context, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %v: %w", url, within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// workerProcs runs workers as child processes of this one, so that they can
+// be killed like a crashing host.
+type workerProcs struct {
+	cfg   config
+	mu    sync.Mutex
+	procs []*exec.Cmd
+	kills int
+}
+
+func (w *workerProcs) args() []string {
+	c := w.cfg
+	return []string{"--role", "worker", "--nats-url", c.natsURL, "--downstream-url", c.downstreamURL,
+		"--session-store", c.store, "--concurrency", fmt.Sprint(c.concurrency), "--think", c.think.String(),
+		"--ack-wait", c.ackWait.String()}
+}
+
+// spawn starts one worker process and waits until it says it is ready.
+func (w *workerProcs) spawn() (*exec.Cmd, error) {
+	cmd := exec.Command(os.Args[0], w.args()...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start a worker process: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start a worker process: %w", err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready worker") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("a worker process did not become ready (%q): %v", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return cmd, nil
+}
+
+func (w *workerProcs) start(n int) error {
+	for range n {
+		cmd, err := w.spawn()
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.procs = append(w.procs, cmd)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// chaos kills a random worker with SIGKILL about every second, and starts a
+// new one in its place, until ctx ends.
+func (w *workerProcs) chaos(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(700*time.Millisecond + rand.N(600*time.Millisecond)):
+		}
+		w.mu.Lock()
+		if len(w.procs) == 0 {
+			w.mu.Unlock()
+			return
+		}
+		i := rand.IntN(len(w.procs))
+		victim := w.procs[i]
+		_ = victim.Process.Kill()
+		_ = victim.Wait()
+		w.kills++
+		cmd, err := w.spawn()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			w.procs = append(w.procs[:i], w.procs[i+1:]...)
+		} else {
+			w.procs[i] = cmd
+		}
+		w.mu.Unlock()
+	}
+}
+
+// stop ends every worker process: SIGTERM, then SIGKILL after 5 s.
+func (w *workerProcs) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cmd := range w.procs {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, cmd := range w.procs {
+		t := time.AfterFunc(5*time.Second, func() { _ = cmd.Process.Kill() })
+		_ = cmd.Wait()
+		t.Stop()
+	}
+	w.procs = nil
+}

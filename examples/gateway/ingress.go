@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
+)
+
+// Each platform posts its own shape; the ingress turns it into a session.
+type (
+	telegramUpdate struct {
+		MessageID int64 `json:"message_id"`
+		Chat      struct {
+			ID int64 `json:"id"`
+		} `json:"chat"`
+		MessageThreadID int64 `json:"message_thread_id,omitempty"` // a forum topic
+		From            struct {
+			ID        int64  `json:"id"`
+			FirstName string `json:"first_name"`
+		} `json:"from"`
+		Text       string `json:"text"`
+		Background bool   `json:"background,omitempty"`
+	}
+	discordMessage struct {
+		ID        string `json:"id"`
+		GuildID   string `json:"guild_id"`            // the scope
+		ChannelID string `json:"channel_id"`          // a thread is a channel…
+		ParentID  string `json:"parent_id,omitempty"` // …under a parent channel
+		Author    struct {
+			ID       string `json:"id"`
+			Username string `json:"username"`
+		} `json:"author"`
+		Content    string `json:"content"`
+		Background bool   `json:"background,omitempty"`
+	}
+	slackEvent struct {
+		Team       string `json:"team"` // the workspace: the scope
+		Channel    string `json:"channel"`
+		ThreadTS   string `json:"thread_ts,omitempty"`
+		TS         string `json:"ts"` // the message: the reply anchor
+		User       string `json:"user"`
+		Text       string `json:"text"`
+		Background bool   `json:"background,omitempty"`
+	}
+	// An API-server request: a finite, stateless channel. It cannot receive
+	// a completion after its request ends.
+	apiRequest struct {
+		RequestID  string `json:"request_id"`
+		User       string `json:"user"`
+		Input      string `json:"input"`
+		Background bool   `json:"background,omitempty"`
+	}
+)
+
+// normalise decodes a platform's message into a session and a job.
+func normalise(platform string, r *http.Request) (otelsession.Session, job, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+	var s otelsession.Session
+	var j job
+	switch platform {
+	case "telegram":
+		var m telegramUpdate
+		if err := dec.Decode(&m); err != nil {
+			return s, j, fmt.Errorf("decode a telegram update: %w", err)
+		}
+		s = otelsession.Session{Platform: "telegram", ChatID: fmt.Sprint(m.Chat.ID), ChatType: "supergroup",
+			UserID: fmt.Sprint(m.From.ID), UserName: m.From.FirstName, MessageID: fmt.Sprint(m.MessageID)}
+		if m.MessageThreadID != 0 {
+			s.ThreadID = fmt.Sprint(m.MessageThreadID)
+		}
+		j = job{ID: s.MessageID, Text: m.Text, Background: m.Background}
+	case "discord":
+		var m discordMessage
+		if err := dec.Decode(&m); err != nil {
+			return s, j, fmt.Errorf("decode a discord message: %w", err)
+		}
+		s = otelsession.Session{Platform: "discord", ScopeID: m.GuildID, ChatID: m.ChannelID, ParentChatID: m.ParentID,
+			ChatType: "channel", UserID: m.Author.ID, UserName: m.Author.Username, MessageID: m.ID}
+		if m.ParentID != "" {
+			s.ChatType, s.ThreadID = "thread", m.ChannelID
+		}
+		j = job{ID: m.ID, Text: m.Content, Background: m.Background}
+	case "slack":
+		var m slackEvent
+		if err := dec.Decode(&m); err != nil {
+			return s, j, fmt.Errorf("decode a slack event: %w", err)
+		}
+		s = otelsession.Session{Platform: "slack", ScopeID: m.Team, ChatID: m.Channel, ThreadID: m.ThreadTS,
+			ChatType: "channel", UserID: m.User, MessageID: m.TS}
+		j = job{ID: m.TS, Text: m.Text, Background: m.Background}
+	case "api":
+		var m apiRequest
+		if err := dec.Decode(&m); err != nil {
+			return s, j, fmt.Errorf("decode an API request: %w", err)
+		}
+		s = otelsession.Session{Platform: "api_server", ChatID: m.RequestID, UserID: m.User, MessageID: m.RequestID, Stateless: true}
+		j = job{ID: m.RequestID, Text: m.Input, Background: m.Background}
+	default:
+		return s, j, fmt.Errorf("unknown platform %q (want telegram, discord, slack or api)", platform)
+	}
+	s.SessionKey = strings.Join([]string{"agent", "main", s.Platform, s.ChatID, s.ThreadID}, ":")
+	s.Source = "gateway"
+	if j.ID == "" {
+		return s, j, fmt.Errorf("%s message without an id", platform)
+	}
+	j.Route = s
+	return s, j, s.Validate()
+}
+
+// ingress is the gateway role: POST /v1/{platform}/messages binds the
+// message's session and queues it.
+func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetStream) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/{platform}/messages", func(w http.ResponseWriter, r *http.Request) {
+		platform := r.PathValue("platform")
+		s, j, err := normalise(platform, r)
+		if err != nil {
+			http.Error(w, "gateway: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		// A request never inherits a session: Reset, then bind this one.
+		ctx := otelsession.Bind(otelsession.Reset(r.Context()), s)
+		ctx, span := tracer.Start(ctx, "ingress "+platform)
+		defer span.End()
+		body, err := json.Marshal(j)
+		if err != nil {
+			http.Error(w, "gateway: encode the job: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		msg := &nats.Msg{Subject: jobsSubject + platform, Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, "job-"+j.ID) // a retried post is queued once
+		if _, err := pub.PublishJetStream(ctx, js, msg); err != nil {
+			http.Error(w, "gateway: queue the message: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	return mux
+}

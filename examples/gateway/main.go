@@ -1,0 +1,250 @@
+// Command gateway runs a whole distributed chat gateway on one machine and
+// proves that every notification goes home.
+//
+// An HTTP ingress takes chat messages for several platforms (Telegram forum
+// topics with a reply anchor, Discord threads under a parent channel in a
+// guild, Slack threads in a workspace, and a stateless API), binds each
+// message's session and queues it on NATS JetStream. Workers consume the
+// jobs: each runs a tool as a child process and calls a downstream HTTP
+// service, both of which read the session, and some start background work
+// whose completion arrives after the turn has ended. A router delivers every
+// reply and completion to its originating platform, chat, thread and message
+// anchor; the platforms are small HTTP servers that record what they receive.
+// A load driver sends many interleaved conversations and prints what was
+// sent, delivered, misrouted, refused and lost.
+//
+//	go run ./examples/gateway                          # everything, on an embedded NATS server
+//	go run ./examples/gateway --session-store=env      # the same load with the original bug
+//	go run ./examples/gateway --chaos                  # workers as processes, killed and restarted
+//	go run ./examples/gateway --json                   # the summary for scripts
+//
+// The same roles run as separate processes, on separate machines, against a
+// NATS cluster (--role gateway|worker|router|load, --nats-url); see the
+// README. Exit status 1 means something was misrouted, lost or duplicated.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
+)
+
+type config struct {
+	role          string
+	natsURL       string
+	store         string
+	listen        string
+	ingressURL    string
+	platformURL   string
+	downstreamURL string
+	messages      int
+	conversations int
+	workers       int // worker processes (--chaos) or in-process workers
+	concurrency   int // jobs at once per worker
+	think         time.Duration
+	ackWait       time.Duration
+	timeout       time.Duration
+	chaos         bool
+	asJSON        bool
+	seed          uint64
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if err != errFailed {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errFailed: the run completed, but something was misrouted, lost or
+// duplicated (the summary says what).
+var errFailed = fmt.Errorf("the run misrouted, lost or duplicated deliveries")
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway, worker, router, load (tool is internal)")
+	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server or cluster URL; empty starts an embedded server (role all only)")
+	fs.StringVar(&c.store, "session-store", storeBaggage, "where workers keep a job's session: baggage (sessionwire), env (the original bug) or off (no session: routing from the job body)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address of this role's HTTP server (gateway: ingress; load: platforms and downstream)")
+	fs.StringVar(&c.ingressURL, "ingress-url", "", "the gateway's URL (role load)")
+	fs.StringVar(&c.platformURL, "platform-url", "", "the chat platforms' base URL (role router)")
+	fs.StringVar(&c.downstreamURL, "downstream-url", "", "the downstream service's URL (role worker)")
+	fs.IntVar(&c.messages, "messages", 3000, "messages the load driver sends")
+	fs.IntVar(&c.conversations, "conversations", 400, "chats and threads the messages are spread over")
+	fs.IntVar(&c.workers, "workers", 2, "worker processes with --chaos, in-process workers otherwise")
+	fs.IntVar(&c.concurrency, "concurrency", 16, "jobs each worker handles at once")
+	fs.DurationVar(&c.think, "think", 20*time.Millisecond, "longest simulated agent work per job")
+	fs.DurationVar(&c.ackWait, "ack-wait", 3*time.Second, "JetStream redelivers a job not acknowledged within this")
+	fs.DurationVar(&c.timeout, "timeout", 90*time.Second, "how long the driver waits for every delivery")
+	fs.BoolVar(&c.chaos, "chaos", false, "run workers as processes and kill and restart them during the run")
+	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case c.store != storeBaggage && c.store != storeEnv && c.store != storeOff:
+		return c, fmt.Errorf("--session-store must be baggage, env or off, not %q", c.store)
+	case c.messages < 1 || c.conversations < 1 || c.conversations > c.messages*4:
+		return c, fmt.Errorf("--messages and --conversations must be positive")
+	case c.workers < 1 || c.concurrency < 1:
+		return c, fmt.Errorf("--workers and --concurrency must be positive")
+	case c.role != "all" && c.role != "tool" && c.natsURL == "":
+		return c, fmt.Errorf("--role %s needs --nats-url", c.role)
+	}
+	return c, nil
+}
+
+func run(args []string) error {
+	c, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	otel.SetTextMapPropagator(propagatorFor(c.store))
+	if c.role == "tool" {
+		os.Exit(runTool())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch c.role {
+	case "all":
+		return runAll(ctx, c)
+	case "gateway", "worker", "router":
+		return runRole(ctx, c)
+	case "load":
+		return runLoad(ctx, c)
+	}
+	return fmt.Errorf("unknown --role %q (want all, gateway, worker, router or load)", c.role)
+}
+
+// propagatorFor is the propagator of a session store: only sessionwire's
+// sends baggage; the others carry trace context alone.
+func propagatorFor(store string) propagation.TextMapPropagator {
+	if store == storeBaggage {
+		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	return propagation.TraceContext{}
+}
+
+// connect opens NATS and JetStream and makes sure the streams exist.
+func connect(ctx context.Context, url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name("sessionwire-gateway-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	if err := ensureJetStream(ctx, js); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// serve starts an HTTP server on addr and returns its URL.
+func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// startRole starts one of gateway, worker or router in this process, on an
+// open connection; it returns when the role is ready (its run continues until
+// ctx ends) and the URL it serves, if any.
+func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jetstream.JetStream, tp *sdktrace.TracerProvider, done chan<- error) (string, error) {
+	switch role {
+	case "gateway":
+		pub := natssession.NewPublisher(natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(c.store)))
+		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js))
+	case "worker":
+		w, err := newWorker(workerConfig{store: c.store, concurrency: c.concurrency, downstreamURL: c.downstreamURL,
+			think: c.think, ackWait: c.ackWait}, js, tp)
+		if err != nil {
+			return "", err
+		}
+		go func() { done <- w.run(ctx) }()
+		return "", nil
+	case "router":
+		rt := &router{js: js, nc: nc, platformURL: c.platformURL, tracer: tp.Tracer("gateway/router"),
+			client: &http.Client{Timeout: 10 * time.Second}}
+		go func() { done <- rt.run(ctx, c.ackWait, 4*c.concurrency) }()
+		return "", nil
+	}
+	return "", fmt.Errorf("unknown role %q", role)
+}
+
+// runRole runs one role as its own process until interrupted.
+func runRole(ctx context.Context, c config) error {
+	nc, js, err := connect(ctx, c.natsURL, c.role)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sum := &demotrace.Summary{}
+	tp, err := demotrace.NewProvider(ctx, "gateway-"+c.role, sum)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	done := make(chan error, 1)
+	url, err := startRole(ctx, c, c.role, nc, js, tp, done)
+	if err != nil {
+		return err
+	}
+	// The first line says the role is ready (and where), for whoever started it.
+	fmt.Printf("ready %s %s\n", c.role, url)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-done:
+		return err
+	}
+}
+
+func printSummary(c config, s summary) error {
+	if c.asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			return fmt.Errorf("write the summary: %w", err)
+		}
+	} else {
+		fmt.Print(s)
+	}
+	if !s.ok() {
+		return errFailed
+	}
+	return nil
+}

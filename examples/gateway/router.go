@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// scoped platforms cannot deliver a reply without its scope: a guild or a
+// workspace decides which tenant's credentials may post.
+var scoped = map[string]bool{"discord": true, "slack": true}
+
+type router struct {
+	js          jetstream.JetStream
+	nc          *nats.Conn
+	kv          jetstream.KeyValue
+	platformURL string // base URL; the platform's name is appended
+	tracer      trace.Tracer
+	client      *http.Client
+}
+
+// run delivers replies and completions until ctx ends.
+func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency int) error {
+	kv, err := rt.js.KeyValue(ctx, deliveredKV)
+	if err != nil {
+		return fmt.Errorf("router: open bucket %s: %w", deliveredKV, err)
+	}
+	rt.kv = kv
+	cons, err := consumer(ctx, rt.js, repliesStream, "router", ackWait)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rt.handle(msg)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("router: consume notifications: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	wg.Wait()
+	return nil
+}
+
+func (rt *router) handle(msg jetstream.Msg) {
+	var n notification
+	if err := json.Unmarshal(msg.Data(), &n); err != nil {
+		// Origin validates while it decodes: a corrupt or forged record stops here.
+		rt.refuse(n, "undecodable: "+err.Error())
+		_ = msg.Term()
+		return
+	}
+	// The delivering span binds the origin, so it belongs to the conversation;
+	// a completion links back to the turn that promised it.
+	ctx := n.Origin.Bind(otelsession.Reset(context.Background()))
+	opts := []trace.SpanStartOption{}
+	if sc, ok := n.Origin.SpanContext(); ok {
+		if n.Kind == "completion" {
+			opts = append(opts, trace.WithLinks(n.Origin.Link()))
+		} else {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
+	ctx, span := rt.tracer.Start(ctx, "deliver "+n.Kind, opts...)
+	defer span.End()
+
+	key := n.Kind + "." + n.ID
+	if _, err := rt.kv.Get(ctx, key); err == nil {
+		_ = msg.Ack() // delivered already: a redelivery after a crash, or a retried publish
+		return
+	}
+	switch {
+	case n.Origin.Platform == "" || n.Origin.ChatID == "":
+		rt.refuse(n, "no platform or chat to deliver to")
+		_ = msg.Ack()
+		return
+	case scoped[n.Origin.Platform] && n.Origin.ScopeID == "":
+		// Fail closed: a scoped reply without its scope is never sent to a default.
+		rt.refuse(n, "scoped platform without a scope")
+		_ = msg.Ack()
+		return
+	case n.Kind == "completion" && n.Origin.Platform == "api_server":
+		rt.refuse(n, "a stateless channel cannot receive a completion")
+		_ = msg.Ack()
+		return
+	}
+	if err := rt.deliver(ctx, n); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		_ = msg.NakWithDelay(200 * time.Millisecond)
+		return
+	}
+	if _, err := rt.kv.Put(ctx, key, []byte("1")); err != nil {
+		fmt.Fprintln(os.Stderr, "router: remember delivery", key+":", err)
+	}
+	_ = msg.Ack()
+}
+
+func (rt *router) deliver(ctx context.Context, n notification) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("encode the %s for %s: %w", n.Kind, n.ID, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.platformURL+"/"+n.Origin.Platform, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("build the delivery of %s: %w", n.ID, err)
+	}
+	resp, err := rt.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("deliver %s %s: %w", n.Kind, n.ID, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("deliver %s %s: the platform answered %s", n.Kind, n.ID, resp.Status)
+	}
+	return nil
+}
+
+func (rt *router) refuse(n notification, reason string) {
+	b, _ := json.Marshal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason})
+	if err := rt.nc.Publish(refusedSubject, b); err != nil {
+		fmt.Fprintln(os.Stderr, "router: report a refusal:", errors.Join(err))
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// The JetStream layout every role agrees on.
+const (
+	jobsStream    = "GW_JOBS"    // chat messages, gateway -> workers
+	bgStream      = "GW_BG"      // background work, worker -> workers, with its stored origin
+	repliesStream = "GW_REPLIES" // replies and completions, workers -> router
+	deliveredKV   = "gw-delivered"
+
+	jobsSubject    = "gw.jobs."    // + platform
+	bgSubject      = "gw.bg."      // + platform
+	repliesSubject = "gw.replies." // + kind
+	refusedSubject = "gw.events.refused"
+)
+
+// job is a queued chat message: what the platform sent, normalised. The
+// session travels beside it, in the message headers, not in it.
+type job struct {
+	ID         string `json:"id"` // unique message id, the reply anchor
+	Text       string `json:"text"`
+	Background bool   `json:"background"` // the user asked for work that completes later
+	// The routing fields, repeated here only for --propagation=off (the
+	// baseline without sessions) and --session-store=env (the old bug).
+	Route otelsession.Session `json:"route"`
+}
+
+// backgroundJob is work whose completion arrives after the turn ended. It
+// stores the routing origin, so any worker and a restarted router can deliver
+// it.
+type backgroundJob struct {
+	ID     string             `json:"id"`
+	Origin otelsession.Origin `json:"origin"`
+}
+
+// notification is a reply or a completion on its way to the router.
+type notification struct {
+	Kind          string             `json:"kind"` // "reply" or "completion"
+	ID            string             `json:"id"`   // the message it answers, from the job itself
+	Origin        otelsession.Origin `json:"origin"`
+	Text          string             `json:"text"`
+	ToolSaw       string             `json:"tool_saw,omitempty"`       // thread the child process read
+	DownstreamSaw string             `json:"downstream_saw,omitempty"` // thread the downstream service read
+	Background    string             `json:"background,omitempty"`     // "started", "refused: stateless channel"
+}
+
+// delivery is what a chat platform received from the router.
+type delivery struct {
+	notification
+	Platform string    `json:"platform"`
+	At       time.Time `json:"-"`
+}
+
+// refusal is what the router publishes when it will not deliver.
+type refusal struct {
+	Kind   string `json:"kind"`
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// ensureJetStream creates the streams and the bucket, or checks they exist.
+func ensureJetStream(ctx context.Context, js jetstream.JetStream) error {
+	for _, s := range []jetstream.StreamConfig{
+		{Name: jobsStream, Subjects: []string{jobsSubject + ">"}},
+		{Name: bgStream, Subjects: []string{bgSubject + ">"}},
+		{Name: repliesStream, Subjects: []string{repliesSubject + ">"}},
+	} {
+		s.Retention = jetstream.WorkQueuePolicy
+		s.Storage = jetstream.FileStorage
+		s.Duplicates = 5 * time.Minute // publishes carry Nats-Msg-Id: a retried publish is stored once
+		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
+			return fmt.Errorf("create stream %s: %w", s.Name, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour, Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("create key-value bucket %s: %w", deliveredKV, err)
+	}
+	return nil
+}
+
+// consumer returns the durable pull consumer of a stream, shared by every
+// process of a role.
+func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, ackWait time.Duration) (jetstream.Consumer, error) {
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1024,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %s: %w", name, stream, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/execsession"
+	"github.com/sessionwire/sessionwire/propagation/httpsession"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
+)
+
+// Where a worker keeps the session of the job it is working on.
+const (
+	storeBaggage = "baggage" // in the job's context: sessionwire
+	storeEnv     = "env"     // in the process environment: the original bug
+	storeOff     = "off"     // nowhere: routing read from the job body, no session propagated (the baseline)
+)
+
+type workerConfig struct {
+	store         string
+	concurrency   int           // jobs handled at once by this process
+	downstreamURL string        // the downstream HTTP service each job calls
+	think         time.Duration // longest simulated agent work per job
+	ackWait       time.Duration
+}
+
+type worker struct {
+	cfg    workerConfig
+	js     jetstream.JetStream
+	pub    *natssession.Publisher
+	cons   *natssession.Consumer
+	tracer trace.Tracer
+	client *http.Client
+	envMu  sync.Mutex // serialises whole-environment writes, as os.Setenv does; not the job
+}
+
+func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProvider) (*worker, error) {
+	down, err := url.Parse(cfg.downstreamURL)
+	if err != nil || down.Host == "" {
+		return nil, fmt.Errorf("worker: the downstream URL %q is not an absolute URL", cfg.downstreamURL)
+	}
+	prop := natssession.WithPropagator(propagatorFor(cfg.store))
+	return &worker{
+		cfg: cfg, js: js,
+		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop),
+		// Only the gateway can publish to the jobs stream: its sessions are trusted.
+		cons:   natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithTracerProvider(tp), prop),
+		tracer: tp.Tracer("gateway/worker"),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
+			&httpsession.Transport{Egress: propagation.Egress{Hosts: []string{down.Host}}}, otelhttp.WithTracerProvider(tp))},
+	}, nil
+}
+
+// run consumes jobs and background work until ctx ends.
+func (w *worker) run(ctx context.Context) error {
+	jobs, err := consumer(ctx, w.js, jobsStream, "workers", w.cfg.ackWait)
+	if err != nil {
+		return err
+	}
+	bg, err := consumer(ctx, w.js, bgStream, "background", w.cfg.ackWait)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, w.cfg.concurrency)
+	var wg sync.WaitGroup
+	dispatch := func(handle func(jetstream.Msg)) jetstream.MessageHandler {
+		return func(msg jetstream.Msg) {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				handle(msg)
+			})
+		}
+	}
+	cc1, err := jobs.Consume(dispatch(w.handleJob))
+	if err != nil {
+		return fmt.Errorf("worker: consume jobs: %w", err)
+	}
+	cc2, err := bg.Consume(dispatch(w.handleBackground))
+	if err != nil {
+		cc1.Stop()
+		return fmt.Errorf("worker: consume background work: %w", err)
+	}
+	<-ctx.Done()
+	cc1.Stop()
+	cc2.Stop()
+	wg.Wait()
+	return nil
+}
+
+func (w *worker) handleJob(msg jetstream.Msg) {
+	var j job
+	if err := json.Unmarshal(msg.Data(), &j); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: dropping a job that is not JSON:", err)
+		_ = msg.Term()
+		return
+	}
+	// Every job starts from a fresh context: Reset, extract, inbound policy.
+	ctx, span, err := w.cons.ExtractJetStream(context.Background(), msg)
+	defer span.End()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+	}
+	if w.cfg.store == storeEnv {
+		w.setEnv(j.Route) // the original: one process-wide copy, last writer wins
+	}
+	if err := w.work(ctx, j); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: job", j.ID+":", err)
+		_ = msg.NakWithDelay(200 * time.Millisecond)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: ack job", j.ID+":", err)
+	}
+}
+
+// work is one turn: a tool, a downstream call, the reply, maybe background work.
+func (w *worker) work(ctx context.Context, j job) error {
+	n := notification{Kind: "reply", ID: j.ID, Text: "done: " + j.Text}
+
+	toolCtx, span := w.tracer.Start(ctx, "run tool")
+	cmd := execsession.Command(toolCtx, os.Args[0], "--role", "tool")
+	if w.cfg.store == storeEnv {
+		cmd.Env = os.Environ() // the original inherited the process environment
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	span.End()
+	if err != nil {
+		return fmt.Errorf("run the tool: %w", err)
+	}
+	n.ToolSaw = strings.TrimSpace(string(out))
+
+	if w.cfg.think > 0 {
+		time.Sleep(rand.N(w.cfg.think)) // the agent thinks; other jobs run meanwhile
+	}
+	if n.DownstreamSaw, err = w.callDownstream(ctx); err != nil {
+		return err
+	}
+
+	n.Origin = w.origin(ctx, j)
+	if j.Background {
+		if w.asyncSupported(ctx, j) {
+			b, _ := json.Marshal(backgroundJob{ID: j.ID, Origin: n.Origin})
+			msg := &nats.Msg{Subject: bgSubject + j.Route.Platform, Data: b, Header: nats.Header{}}
+			msg.Header.Set(jetstream.MsgIDHeader, "bg-"+j.ID)
+			if _, err := w.pub.PublishJetStream(ctx, w.js, msg); err != nil {
+				return fmt.Errorf("queue background work: %w", err)
+			}
+			n.Background = "started"
+		} else {
+			n.Background = "refused: stateless channel"
+		}
+	}
+	return w.notify(ctx, n)
+}
+
+// origin is where the reply goes: from the session in the context, or, for
+// the other stores, from the process environment or the job body.
+func (w *worker) origin(ctx context.Context, j job) otelsession.Origin {
+	switch w.cfg.store {
+	case storeEnv:
+		get := func(f otelsession.Field) string { return os.Getenv(f.Name()) }
+		o := otelsession.Origin{Platform: get(otelsession.FieldPlatform), ChatID: get(otelsession.FieldChatID),
+			ThreadID: get(otelsession.FieldThreadID), ParentChatID: get(otelsession.FieldParentChatID),
+			MessageID: get(otelsession.FieldMessageID), ScopeID: get(otelsession.FieldScopeID),
+			UserID: get(otelsession.FieldUserID), SessionKey: get(otelsession.FieldSessionKey)}
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			o.TraceParent = otelsession.OriginFrom(ctx).TraceParent
+		}
+		return o
+	case storeOff:
+		s := j.Route
+		o := otelsession.OriginFrom(ctx) // trace context only: no session in ctx
+		o.Platform, o.ChatID, o.ThreadID, o.ParentChatID = s.Platform, s.ChatID, s.ThreadID, s.ParentChatID
+		o.MessageID, o.ScopeID, o.UserID, o.SessionKey = s.MessageID, s.ScopeID, s.UserID, s.SessionKey
+		return o
+	}
+	return otelsession.OriginFrom(ctx)
+}
+
+func (w *worker) asyncSupported(ctx context.Context, j job) bool {
+	switch w.cfg.store {
+	case storeEnv:
+		return os.Getenv(otelsession.FieldPlatform.Name()) != "api_server"
+	case storeOff:
+		return !j.Route.Stateless
+	}
+	return otelsession.AsyncDeliverySupported(ctx)
+}
+
+func (w *worker) setEnv(s otelsession.Session) {
+	w.envMu.Lock()
+	defer w.envMu.Unlock()
+	for f, v := range map[otelsession.Field]string{
+		otelsession.FieldPlatform: s.Platform, otelsession.FieldChatID: s.ChatID, otelsession.FieldThreadID: s.ThreadID,
+		otelsession.FieldParentChatID: s.ParentChatID, otelsession.FieldMessageID: s.MessageID,
+		otelsession.FieldScopeID: s.ScopeID, otelsession.FieldUserID: s.UserID, otelsession.FieldSessionKey: s.SessionKey,
+	} {
+		_ = os.Setenv(f.Name(), v)
+	}
+}
+
+func (w *worker) callDownstream(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.downstreamURL, nil)
+	if err != nil {
+		return "", fmt.Errorf("build the downstream request: %w", err)
+	}
+	if w.cfg.store == storeEnv {
+		req.Header.Set("X-Thread-ID", os.Getenv(otelsession.FieldThreadID.Name()))
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("call downstream: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("call downstream: %s %v", resp.Status, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// notify queues a reply or a completion for the router.
+func (w *worker) notify(ctx context.Context, n notification) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("encode the %s: %w", n.Kind, err)
+	}
+	msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: b, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, n.Kind+"-"+n.ID)
+	if _, err := w.pub.PublishJetStream(ctx, w.js, msg); err != nil {
+		return fmt.Errorf("queue the %s: %w", n.Kind, err)
+	}
+	return nil
+}
+
+// handleBackground finishes background work after its turn has ended. It has
+// only the stored origin: it binds it, so its logs and spans belong to the
+// conversation, and links its span to the turn that promised the work.
+func (w *worker) handleBackground(msg jetstream.Msg) {
+	var b backgroundJob
+	if err := json.Unmarshal(msg.Data(), &b); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: dropping background work that is not JSON:", err)
+		_ = msg.Term()
+		return
+	}
+	if err := b.Origin.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: dropping background work", b.ID+":", err)
+		_ = msg.Term()
+		return
+	}
+	ctx := b.Origin.Bind(otelsession.Reset(context.Background()))
+	ctx, span := w.tracer.Start(ctx, "background work", trace.WithNewRoot(), trace.WithLinks(b.Origin.Link()))
+	defer span.End()
+	if w.cfg.think > 0 {
+		time.Sleep(2 * rand.N(w.cfg.think)) // longer than a turn
+	}
+	n := notification{Kind: "completion", ID: b.ID, Origin: b.Origin, Text: "background result for " + b.ID}
+	if err := w.notify(ctx, n); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: background", b.ID+":", err)
+		_ = msg.NakWithDelay(200 * time.Millisecond)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// runTool is the child process: one call restores the session; it reports
+// the thread it works for.
+func runTool() int {
+	ctx, err := execsession.FromEnvironment(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tool:", err)
+	}
+	fmt.Println(otelsession.Getenv(ctx, otelsession.FieldThreadID.Name(), ""))
+	return 0
+}
+
+// downstream is a service the worker calls: it reports the thread of the
+// session it received (trusted from loopback peers).
+func downstream() http.Handler {
+	return httpsession.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		thread := otelsession.Getenv(r.Context(), otelsession.FieldThreadID.Name(), "")
+		if v := r.Header.Get("X-Thread-ID"); v != "" { // the env-store worker's header
+			thread = v
+		}
+		fmt.Fprintln(w, thread)
+	}), httpsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+}
