@@ -67,7 +67,10 @@ type topology struct {
 	procs    *workerProcs
 	tp       *sdktrace.TracerProvider
 	traces   *demotrace.Summary
-	cancel   context.CancelFunc
+	cancel   context.CancelFunc // stops the roles
+	svcStop  context.CancelFunc // then the services they call
+	done     chan error         // one value per role goroutine that has ended
+	running  int                // role goroutines started
 	shutdown func()
 }
 
@@ -86,6 +89,8 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		t.shutdown = shutdown
 		t.cfg.natsURL = ns.ClientURL()
 	}
+	svcCtx, svcStop := context.WithCancel(ctx)
+	t.svcStop = svcStop
 	ctx, t.cancel = context.WithCancel(ctx)
 	var js jetstream.JetStream
 	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all"); err != nil {
@@ -95,16 +100,17 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		return nil, err
 	}
 	t.p = newPlatforms()
-	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(ctx, "127.0.0.1:0", t.p); err != nil {
+	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p); err != nil {
 		return nil, err
 	}
-	done := make(chan error, 2+t.cfg.workers)
-	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, done); err != nil {
+	t.done = make(chan error, 2+t.cfg.workers)
+	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, t.done); err != nil {
 		return nil, err
 	}
-	if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, done); err != nil {
+	if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, t.done); err != nil {
 		return nil, err
 	}
+	t.running++
 	if t.cfg.chaos {
 		t.procs = &workerProcs{cfg: t.cfg}
 		if err := t.procs.start(t.cfg.workers); err != nil {
@@ -114,9 +120,10 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		return t, nil
 	}
 	for range t.cfg.workers {
-		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tp, done); err != nil {
+		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tp, t.done); err != nil {
 			return nil, err
 		}
+		t.running++
 	}
 	return t, nil
 }
@@ -130,12 +137,20 @@ func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (
 	return s, err
 }
 
+// stop ends the roles first, waiting for their work in flight, then the
+// services they call, then NATS.
 func (t *topology) stop() {
 	if t.procs != nil {
 		t.procs.stop()
 	}
 	if t.cancel != nil {
 		t.cancel()
+	}
+	for ; t.running > 0; t.running-- {
+		<-t.done
+	}
+	if t.svcStop != nil {
+		t.svcStop()
 	}
 	if t.tp != nil {
 		_ = t.tp.Shutdown(context.Background())

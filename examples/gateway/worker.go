@@ -48,6 +48,7 @@ type worker struct {
 	cons   *natssession.Consumer
 	tracer trace.Tracer
 	client *http.Client
+	exec   execsession.Config
 	envMu  sync.Mutex // serialises whole-environment writes, as os.Setenv does; not the job
 }
 
@@ -64,7 +65,9 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 		cons:   natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
-			&httpsession.Transport{Egress: propagation.Egress{Hosts: []string{down.Host}}}, otelhttp.WithTracerProvider(tp))},
+			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Egress: propagation.Egress{Hosts: []string{down.Host}}},
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagatorFor(cfg.store)))},
+		exec: execsession.Config{Propagator: propagatorFor(cfg.store)},
 	}, nil
 }
 
@@ -136,7 +139,7 @@ func (w *worker) work(ctx context.Context, j job) error {
 	n := notification{Kind: "reply", ID: j.ID, Text: "done: " + j.Text}
 
 	toolCtx, span := w.tracer.Start(ctx, "run tool")
-	cmd := execsession.Command(toolCtx, os.Args[0], "--role", "tool")
+	cmd := w.exec.Command(toolCtx, os.Args[0], "--role", "tool")
 	if w.cfg.store == storeEnv {
 		cmd.Env = os.Environ() // the original inherited the process environment
 	}
@@ -296,11 +299,14 @@ func runTool() int {
 // downstream is a service the worker calls: it reports the thread of the
 // session it received (trusted from loopback peers).
 func downstream() http.Handler {
+	// It reads the session propagated as W3C baggage; it does not care which
+	// store the workers use.
+	prop := propagatorFor(storeBaggage)
 	return httpsession.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		thread := otelsession.Getenv(r.Context(), otelsession.FieldThreadID.Name(), "")
 		if v := r.Header.Get("X-Thread-ID"); v != "" { // the env-store worker's header
 			thread = v
 		}
 		fmt.Fprintln(w, thread)
-	}), httpsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+	}), httpsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())), httpsession.WithPropagator(prop))
 }

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) {
+	// The test binary plays every role it starts as a process (workers, the
+	// gateway, the router, the tool), as the real binary does.
+	if len(os.Args) > 1 && os.Args[1] == "--role" {
+		if err := run(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	// Race-enabled children otherwise sleep a second at exit.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	os.Exit(m.Run())
+}
+
+func testConfig(t *testing.T, extra ...string) config {
+	t.Helper()
+	c, err := parseFlags(append([]string{"--messages", "400", "--conversations", "80", "--think", "5ms",
+		"--ack-wait", "1s", "--timeout", "60s"}, extra...))
+	require.NoError(t, err)
+	return c
+}
+
+func runTopology(t *testing.T, c config) summary {
+	t.Helper()
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	s, err := top.drive(context.Background(), c.seed, nil)
+	require.NoError(t, err)
+	t.Logf("\n%s", s)
+	return s
+}
+
+func TestEveryNotificationGoesHome(t *testing.T) {
+	s := runTopology(t, testConfig(t))
+	assert.Equal(t, 400, s.Sent)
+	assert.Zero(t, s.Misrouted)
+	assert.Zero(t, s.Lost)
+	assert.Zero(t, s.Duplicates)
+	assert.Equal(t, s.Expected, s.Delivered)
+	assert.Equal(t, s.ExpectedRefused, s.Refused, "scoped messages without their scope are refused, and only they")
+	assert.Zero(t, s.ToolMismatch)
+	assert.Zero(t, s.DownstreamMismatch)
+	assert.Zero(t, s.BrokenPromises, "a stateless channel never gets a completion")
+	assert.Greater(t, s.ExpectedRefused, 0, "the plan includes messages that must be refused")
+}
+
+// The original bug, on the same load: the process environment is shared by
+// every job a worker runs at once.
+func TestEnvironmentStoreMisroutes(t *testing.T) {
+	s := runTopology(t, testConfig(t, "--session-store", "env", "--think", "20ms"))
+	assert.Greater(t, s.Misrouted, 0)
+	assert.False(t, s.ok())
+}
+
+// The flags are checked before anything starts.
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--session-store", "disk"}, {"--messages", "0"}, {"--workers", "0"}, {"--role", "worker"}, {"--bogus"},
+	} {
+		_, err := parseFlags(args)
+		assert.Error(t, err, "%v", args)
+	}
+}
+
+// proc is a role running as its own OS process.
+type proc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "%v did not start", args)
+	fields := strings.Fields(line)
+	require.GreaterOrEqual(t, len(fields), 2, "unexpected first line %q", line)
+	require.Equal(t, "ready", fields[0])
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	p := &proc{cmd: cmd}
+	if len(fields) > 2 {
+		p.url = fields[2]
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p
+}
+
+// The multi-process topology: gateway, two workers and the router each in
+// its own process, against an embedded JetStream server; one worker is
+// killed with SIGKILL in the middle of the run. JetStream redelivers its
+// unacknowledged jobs to the other, the router de-duplicates, and nothing is
+// lost, misrouted or delivered twice.
+func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
+	ns, shutdown, err := embeddedNATS()
+	require.NoError(t, err)
+	defer shutdown()
+	url := ns.ClientURL()
+	// Cleanups run last-in first-out: the role processes stop before the
+	// services they call and the NATS connection.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	nc, _, err := connect(ctx, url, "test")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+
+	p := newPlatforms()
+	platformURL, downstreamURL, err := services(ctx, "127.0.0.1:0", p)
+	require.NoError(t, err)
+	common := []string{"--nats-url", url, "--ack-wait", "1s", "--think", "10ms", "--concurrency", "8"}
+	gw := startProc(t, append([]string{"--role", "gateway"}, common...)...)
+	startProc(t, append([]string{"--role", "router", "--platform-url", platformURL}, common...)...)
+	victim := startProc(t, append([]string{"--role", "worker", "--downstream-url", downstreamURL}, common...)...)
+	startProc(t, append([]string{"--role", "worker", "--downstream-url", downstreamURL}, common...)...)
+
+	// Kill one worker once a fifth of the deliveries have arrived.
+	const messages = 500
+	var killed atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			p.mu.Lock()
+			n := len(p.deliveries)
+			p.mu.Unlock()
+			if n > messages/5 {
+				killed.Store(victim.cmd.Process.Kill() == nil)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	s, err := drive(ctx, driverConfig{ingressURL: gw.url, messages: messages, conversations: 100, inFlight: 32,
+		timeout: 90 * time.Second, idle: 20 * time.Second, seed: 3}, nc, p)
+	require.NoError(t, err)
+	t.Logf("\n%s", s)
+	assert.True(t, killed.Load(), "a worker was killed during the run")
+	assert.Zero(t, s.Misrouted)
+	assert.Zero(t, s.Lost)
+	assert.Zero(t, s.Duplicates)
+	assert.Equal(t, s.Expected, s.Delivered)
+	assert.Equal(t, s.ExpectedRefused, s.Refused)
+}
+
+// Throughput with session propagation on and off, on the same load:
+//
+//	go test -run '^$' -bench Throughput -benchtime 5x -count 3 ./examples/gateway/
+func BenchmarkThroughput(b *testing.B) {
+	for _, store := range []string{storeBaggage, storeOff} {
+		b.Run("sessions="+store, func(b *testing.B) {
+			c, err := parseFlags([]string{"--session-store", store, "--messages", "600", "--conversations", "120",
+				"--think", "5ms", "--timeout", "60s"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			top, err := startTopology(context.Background(), c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer top.stop()
+			var msgs, secs, p99 float64
+			seed := uint64(100)
+			for b.Loop() {
+				seed++
+				s, err := top.drive(context.Background(), seed, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !s.ok() || s.Delivered != s.Expected {
+					b.Fatalf("a run lost or misrouted deliveries:\n%s", s)
+				}
+				msgs += float64(s.Sent)
+				secs += s.Seconds
+				p99 = max(p99, s.ReplyP99ms)
+			}
+			b.ReportMetric(msgs/secs, "msgs/s")
+			b.ReportMetric(p99, "p99-reply-ms")
+		})
+	}
+}
