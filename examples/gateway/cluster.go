@@ -21,14 +21,15 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 // services is what the load role hosts: the chat platforms and the
 // downstream service, on one loopback server.
-func services(ctx context.Context, addr string, p *platforms) (platformURL, downstreamURL string, err error) {
+func services(ctx context.Context, addr string, p *platforms, trust propagation.TrustFunc) (platformURL, downstreamURL string, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/platforms/", http.StripPrefix("/platforms", p))
-	mux.Handle("/downstream", downstream())
+	mux.Handle("/downstream", downstream(trust))
 	base, err := serve(ctx, addr, mux)
 	if err != nil {
 		return "", "", err
@@ -100,7 +101,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		return nil, err
 	}
 	t.p = newPlatforms()
-	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p); err != nil {
+	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust); err != nil {
 		return nil, err
 	}
 	t.done = make(chan error, 2+t.cfg.workers)
@@ -204,7 +205,7 @@ func runLoad(ctx context.Context, c config) error {
 	}
 	defer nc.Close()
 	p := newPlatforms()
-	platformURL, downstreamURL, err := services(ctx, c.listen, p)
+	platformURL, downstreamURL, err := services(ctx, c.listen, p, c.trust)
 	if err != nil {
 		return err
 	}

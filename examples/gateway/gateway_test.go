@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 func TestMain(m *testing.M) {
@@ -77,6 +79,7 @@ func TestEnvironmentStoreMisroutes(t *testing.T) {
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--session-store", "disk"}, {"--messages", "0"}, {"--workers", "0"}, {"--role", "worker"}, {"--bogus"},
+		{"--trust", "10.0.0.0/33"},
 	} {
 		_, err := parseFlags(args)
 		assert.Error(t, err, "%v", args)
@@ -139,7 +142,7 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 	t.Cleanup(nc.Close)
 
 	p := newPlatforms()
-	platformURL, downstreamURL, err := services(ctx, "127.0.0.1:0", p)
+	platformURL, downstreamURL, err := services(ctx, "127.0.0.1:0", p, propagation.TrustLoopback())
 	require.NoError(t, err)
 	common := []string{"--nats-url", url, "--ack-wait", "1s", "--think", "10ms", "--concurrency", "8"}
 	gw := startProc(t, append([]string{"--role", "gateway"}, common...)...)

@@ -30,8 +30,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +44,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	sessionprop "github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
@@ -63,6 +66,7 @@ type config struct {
 	chaos         bool
 	asJSON        bool
 	seed          uint64
+	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
 }
 
 func main() {
@@ -98,8 +102,20 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.chaos, "chaos", false, "run workers as processes and kill and restart them during the run")
 	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
+	trust := fs.String("trust", "loopback", "peers the downstream service (role load) accepts a session from: loopback, or comma-separated CIDRs such as 10.1.0.0/16")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.trust = sessionprop.TrustLoopback(); *trust != "loopback" {
+		var prefixes []netip.Prefix
+		for _, s := range strings.Split(*trust, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				return c, fmt.Errorf("--trust: %w", err)
+			}
+			prefixes = append(prefixes, p)
+		}
+		c.trust = sessionprop.TrustPrefixes(prefixes...)
 	}
 	switch {
 	case c.store != storeBaggage && c.store != storeEnv && c.store != storeOff:

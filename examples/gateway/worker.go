@@ -297,8 +297,8 @@ func runTool() int {
 }
 
 // downstream is a service the worker calls: it reports the thread of the
-// session it received (trusted from loopback peers).
-func downstream() http.Handler {
+// session it received, accepted only from the peers trust names.
+func downstream(trust propagation.TrustFunc) http.Handler {
 	// It reads the session propagated as W3C baggage; it does not care which
 	// store the workers use.
 	prop := propagatorFor(storeBaggage)
@@ -308,5 +308,5 @@ func downstream() http.Handler {
 			thread = v
 		}
 		fmt.Fprintln(w, thread)
-	}), httpsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())), httpsession.WithPropagator(prop))
+	}), httpsession.WithInbound(propagation.NewInbound(trust)), httpsession.WithPropagator(prop))
 }
