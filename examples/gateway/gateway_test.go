@@ -92,23 +92,19 @@ type proc struct {
 	url string
 }
 
-func startProc(t *testing.T, args ...string) *proc {
-	t.Helper()
+// spawnProc starts a role process and waits for its "ready" line. It is safe
+// to call from any goroutine; the process is stopped when the test ends.
+func spawnProc(t *testing.T, args ...string) (*proc, error) {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err, "%v did not start", args)
-	fields := strings.Fields(line)
-	require.GreaterOrEqual(t, len(fields), 2, "unexpected first line %q", line)
-	require.Equal(t, "ready", fields[0])
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	p := &proc{cmd: cmd}
-	if len(fields) > 2 {
-		p.url = fields[2]
+	if err != nil {
+		return nil, err
 	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -120,14 +116,31 @@ func startProc(t *testing.T, args ...string) *proc {
 			<-done
 		}
 	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	fields := strings.Fields(line)
+	if err != nil || len(fields) < 2 || fields[0] != "ready" {
+		return nil, fmt.Errorf("%v did not start: first line %q: %v", args, line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if len(fields) > 2 {
+		p.url = fields[2]
+	}
+	return p, nil
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p, err := spawnProc(t, args...)
+	require.NoError(t, err)
 	return p
 }
 
 // The multi-process topology: gateway, two workers and the router each in
 // its own process, against an embedded JetStream server; one worker is
-// killed with SIGKILL in the middle of the run. JetStream redelivers its
-// unacknowledged jobs to the other, the router de-duplicates, and nothing is
-// lost, misrouted or delivered twice.
+// killed with SIGKILL in the middle of the run, and the router is restarted.
+// JetStream redelivers the dead worker's unacknowledged jobs to the other, the
+// new router delivers what queued meanwhile from the stored origins, and
+// nothing is lost, misrouted or delivered twice.
 func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 	ns, shutdown, err := embeddedNATS()
 	require.NoError(t, err)
@@ -146,30 +159,43 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 	require.NoError(t, err)
 	common := []string{"--nats-url", url, "--ack-wait", "1s", "--think", "10ms", "--concurrency", "8"}
 	gw := startProc(t, append([]string{"--role", "gateway"}, common...)...)
-	startProc(t, append([]string{"--role", "router", "--platform-url", platformURL}, common...)...)
+	routerArgs := append([]string{"--role", "router", "--platform-url", platformURL}, common...)
+	oldRouter := startProc(t, routerArgs...)
 	victim := startProc(t, append([]string{"--role", "worker", "--downstream-url", downstreamURL}, common...)...)
 	startProc(t, append([]string{"--role", "worker", "--downstream-url", downstreamURL}, common...)...)
 
-	// Kill one worker once a fifth of the deliveries have arrived.
+	// Kill one worker once a fifth of the deliveries have arrived; at half,
+	// restart the router, which then delivers from the stored origins.
 	const messages = 500
-	var killed atomic.Bool
+	var killed, restarted atomic.Bool
+	delivered := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.deliveries)
+	}
+	faults := make(chan struct{})
 	go func() {
-		for ctx.Err() == nil {
-			p.mu.Lock()
-			n := len(p.deliveries)
-			p.mu.Unlock()
-			if n > messages/5 {
-				killed.Store(victim.cmd.Process.Kill() == nil)
-				return
-			}
+		defer close(faults)
+		for ctx.Err() == nil && delivered() <= messages/5 {
 			time.Sleep(20 * time.Millisecond)
+		}
+		killed.Store(victim.cmd.Process.Kill() == nil)
+		for ctx.Err() == nil && delivered() <= messages/2 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if oldRouter.cmd.Process.Signal(syscall.SIGTERM) == nil && oldRouter.cmd.Wait() == nil {
+			_, err := spawnProc(t, routerArgs...)
+			restarted.Store(err == nil)
 		}
 	}()
 	s, err := drive(ctx, driverConfig{ingressURL: gw.url, messages: messages, conversations: 100, inFlight: 32,
 		timeout: 90 * time.Second, idle: 20 * time.Second, seed: 3}, nc, p)
 	require.NoError(t, err)
 	t.Logf("\n%s", s)
+	cancel()
+	<-faults
 	assert.True(t, killed.Load(), "a worker was killed during the run")
+	assert.True(t, restarted.Load(), "the router was restarted during the run")
 	assert.Zero(t, s.Misrouted)
 	assert.Zero(t, s.Lost)
 	assert.Zero(t, s.Duplicates)
