@@ -173,9 +173,11 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 		defer p.mu.Unlock()
 		return len(p.deliveries)
 	}
+	faultsCtx, stopFaults := context.WithCancel(ctx)
 	faults := make(chan struct{})
 	go func() {
 		defer close(faults)
+		ctx := faultsCtx
 		for ctx.Err() == nil && delivered() <= messages/5 {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -192,7 +194,7 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 		timeout: 90 * time.Second, idle: 20 * time.Second, seed: 3}, nc, p)
 	require.NoError(t, err)
 	t.Logf("\n%s", s)
-	cancel()
+	stopFaults()
 	<-faults
 	assert.True(t, killed.Load(), "a worker was killed during the run")
 	assert.True(t, restarted.Load(), "the router was restarted during the run")

@@ -23,6 +23,7 @@ import (
 var scoped = map[string]bool{"discord": true, "slack": true}
 
 type router struct {
+	ackWait     time.Duration
 	js          jetstream.JetStream
 	nc          *nats.Conn
 	kv          jetstream.KeyValue
@@ -37,7 +38,7 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 	if err != nil {
 		return fmt.Errorf("router: open bucket %s: %w", deliveredKV, err)
 	}
-	rt.kv = kv
+	rt.kv, rt.ackWait = kv, ackWait
 	cons, err := consumer(ctx, rt.js, repliesStream, "router", ackWait)
 	if err != nil {
 		return err
@@ -61,6 +62,7 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 }
 
 func (rt *router) handle(msg jetstream.Msg) {
+	defer keepAlive(msg, rt.ackWait)()
 	var n notification
 	if err := json.Unmarshal(msg.Data(), &n); err != nil {
 		// Origin validates while it decodes: a corrupt or forged record stops here.

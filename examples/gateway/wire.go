@@ -98,3 +98,24 @@ func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, 
 	}
 	return c, nil
 }
+
+// keepAlive tells JetStream the message is still being worked on, every
+// third of its ack wait, until stop is called: under load a job may take
+// longer than the ack wait, and a redelivery while the first delivery still
+// runs would do the work twice. Only a process that dies stops the signal.
+func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}

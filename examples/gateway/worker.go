@@ -109,6 +109,7 @@ func (w *worker) run(ctx context.Context) error {
 }
 
 func (w *worker) handleJob(msg jetstream.Msg) {
+	defer keepAlive(msg, w.cfg.ackWait)()
 	var j job
 	if err := json.Unmarshal(msg.Data(), &j); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: dropping a job that is not JSON:", err)
@@ -259,6 +260,7 @@ func (w *worker) notify(ctx context.Context, n notification) error {
 // only the stored origin: it binds it, so its logs and spans belong to the
 // conversation, and links its span to the turn that promised the work.
 func (w *worker) handleBackground(msg jetstream.Msg) {
+	defer keepAlive(msg, w.cfg.ackWait)()
 	var b backgroundJob
 	if err := json.Unmarshal(msg.Data(), &b); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: dropping background work that is not JSON:", err)

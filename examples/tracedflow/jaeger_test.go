@@ -127,8 +127,10 @@ func startJaeger(t *testing.T) (otlp, query string) {
 }
 
 // tracesByTag asks Jaeger for the traces of service holding a span tagged
-// key=value, waiting (bounded) until at least min have been ingested.
-func tracesByTag(t *testing.T, query, service, key, value string, min int) []jaegerTrace {
+// key=value, waiting (bounded) until at least min have been ingested and
+// complete says their spans are all there: services export in batches, and
+// Jaeger ingests them asynchronously.
+func tracesByTag(t *testing.T, query, service, key, value string, min int, complete func([]jaegerTrace) bool) []jaegerTrace {
 	t.Helper()
 	tags, _ := json.Marshal(map[string]string{key: value})
 	u := fmt.Sprintf("http://%s/api/traces?service=%s&limit=100&lookback=1h&tags=%s", query, url.QueryEscape(service), url.QueryEscape(string(tags)))
@@ -142,7 +144,7 @@ func tracesByTag(t *testing.T, query, service, key, value string, min int) []jae
 		err = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		if len(body.Data) >= min || time.Now().After(deadline) {
+		if len(body.Data) >= min && (complete == nil || complete(body.Data)) || time.Now().After(deadline) {
 			return body.Data
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -161,7 +163,17 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	mine, other := conversation(0), conversation(1)
 
 	// The turn: one trace, from the gateway through every hop.
-	turns := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", mine.ThreadID, 1)
+	hops := []string{"tracedflow-gateway", "tracedflow-worker", "tracedflow-tool", "tracedflow-downstream", "tracedflow-router"}
+	allHops := func(trs []jaegerTrace) bool {
+		seen := map[string]bool{}
+		for _, tr := range trs {
+			for _, s := range tr.Spans {
+				seen[tr.Processes[s.ProcessID].ServiceName] = true
+			}
+		}
+		return len(seen) == len(hops)
+	}
+	turns := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", mine.ThreadID, 1, allHops)
 	require.Len(t, turns, 1, "exactly that message's trace")
 	turn := turns[0]
 	t.Logf("turn trace %s: %d spans", turn.TraceID, len(turn.Spans))
@@ -185,7 +197,7 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 			originSpan = s.SpanID
 		}
 	}
-	for _, svc := range []string{"tracedflow-gateway", "tracedflow-worker", "tracedflow-tool", "tracedflow-downstream", "tracedflow-router"} {
+	for _, svc := range hops {
 		assert.True(t, services[svc], "no span of %s carries the session", svc)
 	}
 	raw, err := json.Marshal(turn)
@@ -194,7 +206,7 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	assert.NotContains(t, string(raw), other.ThreadID, "the other conversation's fields never appear")
 
 	// The background completion: its own trace, linked to the turn.
-	completions := tracesByTag(t, query, "tracedflow-router", "session.thread_id", mine.ThreadID, 2)
+	completions := tracesByTag(t, query, "tracedflow-router", "session.thread_id", mine.ThreadID, 2, nil)
 	var linked bool
 	for _, tr := range completions {
 		for _, s := range tr.Spans {
@@ -212,7 +224,7 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	assert.True(t, linked, "the completion's span links to the turn's consumer span")
 
 	// The second conversation's trace is its own.
-	others := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", other.ThreadID, 1)
+	others := tracesByTag(t, query, "tracedflow-gateway", "session.thread_id", other.ThreadID, 1, allHops)
 	require.Len(t, others, 1)
 	assert.NotEqual(t, turn.TraceID, others[0].TraceID)
 	raw, _ = json.Marshal(others[0])
