@@ -30,6 +30,7 @@ type router struct {
 	platformURL string // base URL; the platform's name is appended
 	tracer      trace.Tracer
 	client      *http.Client
+	inFlight    sync.Map // keys being delivered by this process
 }
 
 // run delivers replies and completions until ctx ends.
@@ -51,7 +52,7 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 			defer func() { <-sem }()
 			rt.handle(msg)
 		})
-	})
+	}, jetstream.PullMaxMessages(concurrency)) // see worker.run
 	if err != nil {
 		return fmt.Errorf("router: consume notifications: %w", err)
 	}
@@ -85,6 +86,11 @@ func (rt *router) handle(msg jetstream.Msg) {
 	defer span.End()
 
 	key := n.Kind + "." + n.ID
+	if _, busy := rt.inFlight.LoadOrStore(key, struct{}{}); busy {
+		_ = msg.NakWithDelay(time.Second) // the same notification is being delivered right now
+		return
+	}
+	defer rt.inFlight.Delete(key)
 	if _, err := rt.kv.Get(ctx, key); err == nil {
 		_ = msg.Ack() // delivered already: a redelivery after a crash, or a retried publish
 		return

@@ -92,11 +92,15 @@ func (w *worker) run(ctx context.Context) error {
 			})
 		}
 	}
-	cc1, err := jobs.Consume(dispatch(w.handleJob))
+	// Fetch no more than can be worked on: JetStream's ack wait starts when a
+	// message is delivered, so a message waiting in a local buffer would be
+	// redelivered, and done twice, while still queued here.
+	limit := jetstream.PullMaxMessages(w.cfg.concurrency)
+	cc1, err := jobs.Consume(dispatch(w.handleJob), limit)
 	if err != nil {
 		return fmt.Errorf("worker: consume jobs: %w", err)
 	}
-	cc2, err := bg.Consume(dispatch(w.handleBackground))
+	cc2, err := bg.Consume(dispatch(w.handleBackground), limit)
 	if err != nil {
 		cc1.Stop()
 		return fmt.Errorf("worker: consume background work: %w", err)
