@@ -4,25 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // ErrNilMessage: a nil *amqp091.Publishing or *amqp091.Delivery was given.
 var ErrNilMessage = errors.New("nil AMQP message")
 
 const baggageKey = "baggage"
-
-var noopSpan = trace.SpanFromContext(context.Background())
 
 // exchangeName is how spans and policies name an exchange.
 func exchangeName(exchange string) string {
@@ -54,7 +50,7 @@ type Publisher struct {
 // NewPublisher returns a Publisher configured by opts.
 func NewPublisher(opts ...Option) *Publisher {
 	cfg := newConfig(opts)
-	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+	return &Publisher{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName)}
 }
 
 // Inject starts a producer span named "publish <exchange>" as a child of ctx,
@@ -69,27 +65,19 @@ func NewPublisher(opts ...Option) *Publisher {
 // A nil msg starts no span: the returned span is a no-op, safe to end.
 func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, routingKey string) (context.Context, trace.Span) {
 	if msg == nil {
-		return ctx, noopSpan
+		return ctx, messaging.NoopSpan
 	}
 	attrs := append(destination(exchange, routingKey),
 		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
 	if msg.MessageId != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(msg.MessageId))
 	}
-	ctx, span := p.tracer.Start(ctx, "publish "+exchangeName(exchange),
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
 	}
-	out := ctx
-	if !p.cfg.egress(exchangeName(exchange)) {
-		out = propagation.WithoutSession(ctx)
-		if err := stripSession(msg.Headers); err != nil {
-			otel.Handle(fmt.Errorf("publish to AMQP exchange %q: %w", exchangeName(exchange), err))
-		}
-	}
-	p.cfg.propagator().Inject(out, TableCarrier(msg.Headers))
-	return ctx, span
+	name := exchangeName(exchange)
+	return messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+name, name, attrs, TableCarrier(msg.Headers),
+		func() error { return stripSession(msg.Headers) })
 }
 
 // Consumer reads trace context and the session from deliveries through an
@@ -111,7 +99,7 @@ func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 		policy = propagation.NewInbound(nil)
 	}
 	cfg := newConfig(opts)
-	return &Consumer{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName), policy: policy}
+	return &Consumer{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName), policy: policy}
 }
 
 // Policy returns the inbound policy, for its counts.
@@ -133,14 +121,9 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 		ctx = context.Background()
 	}
 	if d == nil {
-		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilMessage)
+		return messaging.NilMessage(ctx, ErrNilMessage)
 	}
 	name := exchangeName(d.Exchange)
-	before := trace.SpanContextFromContext(ctx)
-	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), TableCarrier(d.Headers), propagation.Peer{Transport: Transport, Name: name})
-	if err != nil {
-		err = fmt.Errorf("delivery from AMQP exchange %q: %w", name, err)
-	}
 	attrs := append(destination(d.Exchange, d.RoutingKey),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	if d.DeliveryTag != 0 {
@@ -149,15 +132,8 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 	if d.MessageId != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
-	ctx, span := c.tracer.Start(ctx, "process "+name, opts...)
-	if err != nil {
-		span.RecordError(err)
-	}
-	return ctx, span, err
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, TableCarrier(d.Headers),
+		propagation.Peer{Transport: Transport, Name: name}, fmt.Sprintf("delivery from AMQP exchange %q", name))
 }
 
 // stripSession removes session members from every baggage entry of t,
@@ -175,9 +151,8 @@ func stripSession(t amqp.Table) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
-	err := propagation.StripSessionHeader(hh)
-	if kept := hh.Values(baggageKey); len(kept) > 0 {
+	kept, err := messaging.StripLines(lines)
+	if len(kept) > 0 {
 		t[baggageKey] = strings.Join(kept, ",")
 	}
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 func TestTableCarrierReads(t *testing.T) {
@@ -121,10 +122,10 @@ func TestClearedSessionStaysCleared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[otelsession.Field]fieldWant{}
+	want := map[otelsession.Field]sessiontest.FieldWant{}
 	for _, f := range otelsession.Fields() {
 		if f.InSession() && f.Scope() == otelsession.Remote {
-			want[f] = fieldWant{state: otelsession.Cleared}
+			want[f] = sessiontest.FieldWant{State: otelsession.Cleared}
 		}
 	}
 	if d := diff(got, want, false); d != "" {
@@ -179,7 +180,7 @@ func TestUntrustedExchangeStripsTheSession(t *testing.T) {
 		name     string
 		policy   *propagation.Inbound
 		exchange string
-		want     map[otelsession.Field]fieldWant
+		want     map[otelsession.Field]sessiontest.FieldWant
 	}{
 		{"trusted default exchange", propagation.NewInbound(trusted), "", received(s)},
 		{"untrusted exchange", propagation.NewInbound(trusted), "partner", nil},

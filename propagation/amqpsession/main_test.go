@@ -1,113 +1,24 @@
 package amqpsession_test
 
 import (
-	"context"
-	"fmt"
-	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/baggage"
-	otelprop "go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
-	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var w3c = otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
-
-func newTracing(t testing.TB) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp, exp
-}
-
-// sessionFor is conversation i's session: values that need percent-encoding,
-// some fields Cleared, every cron marker state, some stateless channels.
-func sessionFor(i int) otelsession.Session {
-	s := otelsession.Session{
-		Platform: "telegram", Source: "gateway", ChatID: fmt.Sprint("-100", i), ChatType: "group",
-		ChatName: fmt.Sprintf("Équipe %d, \"ops\"; 100%% = done", i), ThreadID: fmt.Sprint("thread-", i),
-		UserID: fmt.Sprint("user-", i), UserIDAlt: fmt.Sprint("alt-", i), UserName: fmt.Sprintf("Zoë %d", i),
-		ScopeID: fmt.Sprint("guild-", i), SessionKey: fmt.Sprintf("agent:main:%d", i), SessionID: fmt.Sprint("sess-", i),
-		UISessionID: "tab", MessageID: fmt.Sprint("msg-", i), Profile: "default", BrowserControlPrincipal: "p",
-		BrowserControlTransportFamily: "cdp", ParentChatID: fmt.Sprint("parent-", i), Cron: otelsession.CronMarker(i % 3),
-		Cwd: "/work", Stateless: i%4 == 0,
-	}
-	if i%2 == 0 {
-		s.ThreadID, s.UserName = "", ""
-	}
-	return s
-}
-
-type fieldWant struct {
-	value string
-	state otelsession.State
-}
-
-// received is what a consumer in another process reads for s: remote fields
-// Set or Cleared as bound, local fields Unset.
-func received(s otelsession.Session) map[otelsession.Field]fieldWant {
-	w := map[otelsession.Field]fieldWant{}
-	for f, v := range map[otelsession.Field]string{
-		otelsession.FieldPlatform: s.Platform, otelsession.FieldSource: s.Source, otelsession.FieldChatID: s.ChatID,
-		otelsession.FieldChatType: s.ChatType, otelsession.FieldChatName: s.ChatName, otelsession.FieldThreadID: s.ThreadID,
-		otelsession.FieldUserID: s.UserID, otelsession.FieldUserIDAlt: s.UserIDAlt, otelsession.FieldUserName: s.UserName,
-		otelsession.FieldScopeID: s.ScopeID, otelsession.FieldSessionKey: s.SessionKey, otelsession.FieldSessionID: s.SessionID,
-		otelsession.FieldMessageID: s.MessageID, otelsession.FieldProfile: s.Profile, otelsession.FieldParentChatID: s.ParentChatID,
-	} {
-		if v == "" {
-			w[f] = fieldWant{state: otelsession.Cleared}
-		} else {
-			w[f] = fieldWant{v, otelsession.Set}
-		}
-	}
-	switch s.Cron {
-	case otelsession.CronOff:
-		w[otelsession.FieldCronSession] = fieldWant{state: otelsession.Cleared}
-	case otelsession.CronOn:
-		w[otelsession.FieldCronSession] = fieldWant{"1", otelsession.Set}
-	}
-	return w
-}
-
-// diff lists how ctx's session differs from want (fields absent from want
-// must be Unset), the working directory (never sent) and async delivery.
-func diff(ctx context.Context, want map[otelsession.Field]fieldWant, stateless bool) string {
-	var out []string
-	for _, f := range otelsession.Fields() {
-		v, st := otelsession.Lookup(ctx, f)
-		if w := want[f]; v != w.value || st != w.state {
-			out = append(out, fmt.Sprintf("%s = %q (%s), want %q (%s)", f, v, st, w.value, w.state))
-		}
-	}
-	if cwd := otelsession.Cwd(ctx); cwd != "" {
-		out = append(out, fmt.Sprintf("cwd = %q, want none", cwd))
-	}
-	if got := otelsession.AsyncDeliverySupported(ctx); got == stateless {
-		out = append(out, fmt.Sprintf("async delivery supported = %v, want %v", got, !stateless))
-	}
-	return strings.Join(out, "\n\t")
-}
-
-// workerBase is a poll loop's context with a session of its own, so that any
-// field a record fails to reset shows up.
-func workerBase() context.Context {
-	ctx := otelsession.Bind(context.Background(), otelsession.Session{
-		Platform: "worker", ChatID: "worker", ThreadID: "worker", UserID: "worker", ScopeID: "worker",
-		UISessionID: "worker", Cron: otelsession.CronOn, Cwd: "/worker", Stateless: true,
-	})
-	return otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "worker")
-}
-
-func withTenant(ctx context.Context) context.Context {
-	m, _ := baggage.NewMemberRaw("app.tenant", "acme")
-	b, _ := baggage.New(m)
-	return baggage.ContextWithBaggage(ctx, b)
-}
+// The shared fixtures, under the names these tests use.
+var (
+	w3c        = sessiontest.W3C
+	newTracing = sessiontest.NewTracing
+	sessionFor = sessiontest.SessionFor
+	received   = sessiontest.Received
+	diff       = sessiontest.Diff
+	workerBase = sessiontest.WorkerBase
+	withTenant = sessiontest.WithTenant
+)

@@ -4,26 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // ErrNilRecord: a nil *kgo.Record was given.
 var ErrNilRecord = errors.New("nil Kafka record")
 
 const baggageKey = "baggage"
-
-var noopSpan = trace.SpanFromContext(context.Background())
 
 // Publisher writes trace context and the session into the headers of
 // outgoing records, inside a producer span. Build one with [NewPublisher] and
@@ -36,7 +32,7 @@ type Publisher struct {
 // NewPublisher returns a Publisher configured by opts.
 func NewPublisher(opts ...Option) *Publisher {
 	cfg := newConfig(opts)
-	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+	return &Publisher{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName)}
 }
 
 // Inject starts a producer span named "send <topic>" as a child of ctx, and
@@ -56,7 +52,7 @@ func NewPublisher(opts ...Option) *Publisher {
 // A nil r starts no span: the returned span is a no-op, safe to end.
 func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context, trace.Span) {
 	if r == nil {
-		return ctx, noopSpan
+		return ctx, messaging.NoopSpan
 	}
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemKafka,
@@ -67,16 +63,8 @@ func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context,
 	if r.Value == nil {
 		attrs = append(attrs, semconv.MessagingKafkaMessageTombstone(true))
 	}
-	ctx, span := p.tracer.Start(ctx, "send "+r.Topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	out := ctx
-	if !p.cfg.egress(r.Topic) {
-		out = propagation.WithoutSession(ctx)
-		if err := stripSession(r); err != nil {
-			otel.Handle(fmt.Errorf("produce to Kafka topic %q: %w", r.Topic, err))
-		}
-	}
-	p.cfg.propagator().Inject(out, NewRecordCarrier(r))
-	return ctx, span
+	return messaging.Produce(ctx, &p.cfg.Config, p.tracer, "send "+r.Topic, r.Topic, attrs, NewRecordCarrier(r),
+		func() error { return stripSession(r) })
 }
 
 // Consumer reads trace context and the session from consumed records through
@@ -96,7 +84,7 @@ func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 		policy = propagation.NewInbound(nil)
 	}
 	cfg := newConfig(opts)
-	return &Consumer{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName), policy: policy}
+	return &Consumer{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName), policy: policy}
 }
 
 // Policy returns the inbound policy, for its counts.
@@ -117,12 +105,7 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 		ctx = context.Background()
 	}
 	if r == nil {
-		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilRecord)
-	}
-	before := trace.SpanContextFromContext(ctx)
-	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), NewRecordCarrier(r), propagation.Peer{Transport: Transport, Name: r.Topic})
-	if err != nil {
-		err = fmt.Errorf("record from Kafka topic %q: %w", r.Topic, err)
+		return messaging.NilMessage(ctx, ErrNilRecord)
 	}
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemKafka,
@@ -135,15 +118,8 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	if c.cfg.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(c.cfg.group))
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
-	ctx, span := c.tracer.Start(ctx, "process "+r.Topic, opts...)
-	if err != nil {
-		span.RecordError(err)
-	}
-	return ctx, span, err
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, NewRecordCarrier(r),
+		propagation.Peer{Transport: Transport, Name: r.Topic}, fmt.Sprintf("record from Kafka topic %q", r.Topic))
 }
 
 // stripSession removes session members from r's baggage headers, whatever
@@ -163,9 +139,8 @@ func stripSession(r *kgo.Record) error {
 	}
 	clear(r.Headers[len(kept):])
 	r.Headers = kept
-	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
-	err := propagation.StripSessionHeader(hh)
-	for _, v := range hh.Values(baggageKey) {
+	left, err := messaging.StripLines(lines)
+	for _, v := range left {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: baggageKey, Value: []byte(v)})
 	}
 	return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -131,10 +132,10 @@ func TestClearedSessionStaysCleared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[otelsession.Field]fieldWant{}
+	want := map[otelsession.Field]sessiontest.FieldWant{}
 	for _, f := range otelsession.Fields() {
 		if f.InSession() && f.Scope() == otelsession.Remote {
-			want[f] = fieldWant{state: otelsession.Cleared}
+			want[f] = sessiontest.FieldWant{State: otelsession.Cleared}
 		}
 	}
 	if d := diff(got, want, false); d != "" {
@@ -191,7 +192,7 @@ func TestUntrustedTopicStripsTheSession(t *testing.T) {
 		name   string
 		policy *propagation.Inbound
 		topic  string
-		want   map[otelsession.Field]fieldWant
+		want   map[otelsession.Field]sessiontest.FieldWant
 	}{
 		{"trusted topic", propagation.NewInbound(trusted), "chat-in", received(s)},
 		{"untrusted topic", propagation.NewInbound(trusted), "partner-in", nil},

@@ -1,9 +1,10 @@
 package kafkasession
 
 import (
-	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // ScopeName is the instrumentation scope of the spans this package starts.
@@ -16,36 +17,25 @@ const Transport = "kafka"
 type Option func(*config)
 
 type config struct {
-	tp     trace.TracerProvider
-	prop   otelprop.TextMapPropagator
-	egress func(topic string) bool
-	group  string
+	messaging.Config
+	group string
 }
 
 func newConfig(opts []Option) config {
-	c := config{egress: func(string) bool { return true }}
+	var c config
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	if c.tp == nil {
-		c.tp = otel.GetTracerProvider()
-	}
+	c.Init()
 	return c
-}
-
-func (c *config) propagator() otelprop.TextMapPropagator {
-	if c.prop != nil {
-		return c.prop
-	}
-	return otel.GetTextMapPropagator()
 }
 
 // WithTracerProvider sets where spans are started. The default is
 // otel.GetTracerProvider(), read when the Publisher or Consumer is built.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tp = tp }
+	return func(c *config) { c.TP = tp }
 }
 
 // WithPropagator sets the propagator that writes and reads record headers.
@@ -53,7 +43,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // no-op until the program calls otel.SetTextMapPropagator, and then no
 // session crosses Kafka. The propagator must include propagation.Baggage{}.
 func WithPropagator(p otelprop.TextMapPropagator) Option {
-	return func(c *config) { c.prop = p }
+	return func(c *config) { c.Prop = p }
 }
 
 // WithSessionEgress decides, per topic, whether a [Publisher] may put the
@@ -65,9 +55,9 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 func WithSessionEgress(allow func(topic string) bool) Option {
 	return func(c *config) {
 		if allow == nil {
-			allow = func(string) bool { return false }
+			allow = messaging.RefuseAll
 		}
-		c.egress = allow
+		c.Egress = allow
 	}
 }
 

@@ -1,0 +1,114 @@
+// Package messaging is what the queue transports (kafkasession, amqpsession)
+// share: their configuration, the producer step (span, egress rule, inject)
+// and the consumer step (inbound policy, consumer span linked to the
+// producer's). Each transport keeps only its carrier and its span attributes.
+package messaging
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// Config is a transport's configuration. Call Init after the transport's
+// options have set what they set.
+type Config struct {
+	TP     trace.TracerProvider
+	Prop   otelprop.TextMapPropagator
+	Egress func(destination string) bool // may the session go to this destination?
+}
+
+// Init fills in the defaults: the global tracer provider, and the session
+// allowed to every destination (a queue is normally inside the producer's
+// trust domain).
+func (c *Config) Init() {
+	if c.TP == nil {
+		c.TP = otel.GetTracerProvider()
+	}
+	if c.Egress == nil {
+		c.Egress = func(string) bool { return true }
+	}
+}
+
+// Propagator is the configured propagator, or the global one, read at each
+// call.
+func (c *Config) Propagator() otelprop.TextMapPropagator {
+	if c.Prop != nil {
+		return c.Prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// RefuseAll is the egress rule of a nil allow function.
+func RefuseAll(string) bool { return false }
+
+// NoopSpan is returned where there is no message to start a span for.
+var NoopSpan = trace.SpanFromContext(context.Background())
+
+// Produce starts the producer span and injects its trace context and ctx's
+// baggage into carrier. When the configured egress rule refuses destination,
+// the session is left out, and strip (when not nil) removes a session already
+// in the message; a strip error is reported to otel.Handle. It returns the
+// context of the producer span.
+func Produce(ctx context.Context, c *Config, tracer trace.Tracer, spanName, destination string,
+	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, strip func() error) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	out := ctx
+	if !c.Egress(destination) {
+		out = propagation.WithoutSession(ctx)
+		if strip != nil {
+			if err := strip(); err != nil {
+				otel.Handle(fmt.Errorf("send to %q: %w", destination, err))
+			}
+		}
+	}
+	c.Propagator().Inject(out, carrier)
+	return ctx, span
+}
+
+// Consume is the consumer step: the session of ctx is Reset and the carrier
+// extracted through policy (which sees peer), then the consumer span starts
+// as a child of the producer's span, linked to it, or as a child of ctx
+// without a link when the message carried no trace context. A refused
+// session is returned as an error prefixed by what, recorded on the span,
+// with a usable context whose session is Unset. The caller ends the span.
+func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propagation.Inbound, spanName string,
+	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, peer propagation.Peer, what string) (context.Context, trace.Span, error) {
+	before := trace.SpanContextFromContext(ctx)
+	ctx, err := policy.Extract(ctx, c.Propagator(), carrier, peer)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := tracer.Start(ctx, spanName, opts...)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return ctx, span, err
+}
+
+// NilMessage is the consumer step for a nil message: a Reset context, no
+// span, and err.
+func NilMessage(ctx context.Context, err error) (context.Context, trace.Span, error) {
+	return otelsession.Reset(ctx), NoopSpan, fmt.Errorf("extract session: %w", err)
+}
+
+// StripLines removes session members from baggage header values, with the
+// propagation package's rule for HTTP headers, and returns what is left.
+func StripLines(lines []string) ([]string, error) {
+	const key = "Baggage"
+	h := http.Header{key: lines}
+	err := propagation.StripSessionHeader(h)
+	return h.Values(key), err
+}
