@@ -18,6 +18,23 @@
 //   - Outbound, session members are sent only to destinations the [Egress]
 //     allowlist names; every other destination gets the request without them.
 //
+// # Signed sessions
+//
+// Trusting a peer by its address stops at the edge of a network one
+// controls. Beyond it, a gateway signs the session it binds ([Signer]) and
+// the services that receive it verify the signature ([Verifier],
+// [WithVerifier]): from a peer the policy does not trust, a session is then
+// accepted only with a signature that verifies with a current key and a
+// fresh issue time. The signature is one more baggage member,
+// session.sig=v1.<key id>.<unix seconds>.<HMAC-SHA256, base64url>, computed
+// over the session's remote members exactly as they travel (present, absent
+// or Cleared), the key id, the issue time and, where the transport has one,
+// the message id ([Signer.SignFor], [Peer.MessageID]). Changing, adding or
+// removing a session member, or moving the signature to another message,
+// breaks it; members that are not the session's are not covered and change
+// freely. A Verifier holds several keys, so keys rotate without downtime.
+// See SECURITY.md at the repository root for the threat model.
+//
 // Each transport lives in its own sub-package, so a program imports only what
 // it uses: httpsession (server handler and client transport), natssession
 // (NATS core and JetStream headers), execsession (child-process

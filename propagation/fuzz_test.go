@@ -21,7 +21,7 @@ import (
 // that only the input decides. Whatever the input:
 //   - Extract does not panic;
 //   - with an error, the error wraps one of the package's reasons and the
-//     session is wholly Unset;
+//     session is wholly Unset, its signature gone too;
 //   - without one, every Set field holds a value Bind could produce (valid
 //     UTF-8, no NUL, at most MaxValueBytes) and no CR or LF, local fields and
 //     the working directory are Unset, and the remote fields are exactly what
@@ -55,11 +55,17 @@ func FuzzExtract(f *testing.F) {
 		"session.chat_id=" + strings.Repeat("c", 513),
 		manyMembers(70, "k%d=v") + ",session.chat_id=c",
 		"session.chat_id=c\n" + strings.Repeat("app.a="+strings.Repeat("%FF", 700)+"\n", 2),
+		"session.chat_id=c,session.sig=v1.k1.1767225600.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+		"session.chat_id=c,session.sig=not-a-signature",
+		"session.sig=v1.k1.1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nsession.sig=v1.k1.1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
 	} {
 		f.Add(seed)
 	}
+	// Without a verifier, a malformed signature is the only signature
+	// failure.
 	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember,
-		propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField}
+		propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField,
+		propagation.ErrBadSignature}
 
 	f.Fuzz(func(t *testing.T, input string) {
 		header := http.Header{"Baggage": strings.Split(input, "\n")}
@@ -83,8 +89,11 @@ func FuzzExtract(f *testing.F) {
 			if m := baggage.FromContext(ctx).Member(otelsession.AsyncDeliveryKey); m.Key() != "" {
 				t.Fatalf("refused (%v) but %s is present", err, otelsession.AsyncDeliveryKey)
 			}
-			if counts.Rejected != 1 || counts.Accepted != 0 {
+			if counts.Rejected+counts.BadSignature != 1 || counts.Accepted != 0 {
 				t.Fatalf("refused but counts = %+v", counts)
+			}
+			if m := baggage.FromContext(ctx).Member(otelsession.SignatureKey); m.Key() != "" {
+				t.Fatalf("refused (%v) but %s is present", err, otelsession.SignatureKey)
 			}
 		} else {
 			raw := sessionSeen(otelprop.Baggage{}.Extract(context.Background(), otelprop.HeaderCarrier(header)))
@@ -110,7 +119,7 @@ func FuzzExtract(f *testing.F) {
 			if m := baggage.FromContext(ctx).Member(otelsession.AsyncDeliveryKey); m.Key() != "" && m.Value() != "0" {
 				t.Fatalf("accepted %s = %q", otelsession.AsyncDeliveryKey, m.Value())
 			}
-			if counts.Rejected != 0 {
+			if counts.Rejected != 0 || counts.BadSignature != 0 {
 				t.Fatalf("no error but counts = %+v", counts)
 			}
 		}

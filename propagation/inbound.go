@@ -50,6 +50,11 @@ type Peer struct {
 	// Name identifies the source within the transport: the request's Host,
 	// a NATS subject, …
 	Name string
+	// MessageID is the transport's id of this message when it has one (the
+	// Nats-Msg-Id header of a NATS message), "" otherwise. A signature is
+	// verified against it, so a signed session cannot be moved onto another
+	// message; see [Signer.SignFor].
+	MessageID string
 }
 
 // TrustFunc decides whether a peer may set the session. It is the server's
@@ -88,31 +93,74 @@ func TrustLoopback() TrustFunc {
 
 // Counts is a snapshot of what an [Inbound] policy has seen.
 type Counts struct {
-	Accepted  uint64 // sessions accepted from a trusted peer
-	Untrusted uint64 // sessions stripped because the peer is not trusted
+	Accepted  uint64 // sessions accepted, from a trusted peer or on their signature
+	Untrusted uint64 // sessions stripped because the peer is not trusted and they were not signed
 	Rejected  uint64 // sessions refused as malformed; see the reasons below
 	// Refusals by reason (a carrier can have several).
 	TooLarge, Malformed, Duplicate, InvalidValue, LocalField uint64
+
+	// Signed counts the accepted sessions whose signature verified (see
+	// [WithVerifier]), whatever the peer.
+	Signed uint64
+	// Sessions stripped because their signature failed, by reason: malformed
+	// or not matching (ErrBadSignature), outside the window
+	// (ErrSignatureExpired), made with a key the verifier does not hold
+	// (ErrUnknownKey). They are not counted in Rejected.
+	BadSignature, Expired, UnknownKey uint64
 }
 
 // Inbound is the trust policy for sessions arriving from outside the process.
 // Use one per boundary (an HTTP server, a consumer) with [NewInbound]; it is
 // safe for concurrent use.
 type Inbound struct {
-	trust TrustFunc
-	n     struct {
+	trust    TrustFunc
+	verifier *Verifier
+	n        struct {
 		accepted, untrusted, rejected                            atomic.Uint64
 		tooLarge, malformed, duplicate, invalidValue, localField atomic.Uint64
+		signed, badSignature, expired, unknownKey                atomic.Uint64
 	}
 }
 
+// InboundOption configures an [Inbound] policy.
+type InboundOption func(*Inbound)
+
+// WithVerifier makes the policy check session signatures (the session.sig
+// member a [Signer] writes) with v:
+//
+//   - from a peer the TrustFunc does not trust, a session is accepted only
+//     when it carries a signature that verifies with one of v's keys, over
+//     exactly the session members that arrived, for this carrier's message
+//     ([Peer.MessageID]), with an issue time inside v's window. Without a
+//     signature it is stripped as untrusted, as without a verifier;
+//   - from a trusted peer, a session without a signature is accepted as
+//     without a verifier, but one whose signature is present and fails is
+//     refused: a failing signature means the session was changed after it
+//     was signed, or is being replayed, whoever relays it.
+//
+// A failed signature strips the session (wholly Unset, signature removed),
+// is counted by reason (Counts.BadSignature, Expired, UnknownKey), reaches
+// otel.Handle once per reason and process, and is returned by Extract as an
+// error wrapping ErrBadSignature, ErrSignatureExpired or ErrUnknownKey. A nil
+// v checks nothing.
+func WithVerifier(v *Verifier) InboundOption {
+	return func(p *Inbound) { p.verifier = v }
+}
+
 // NewInbound returns a policy that accepts sessions from peers trust approves
-// of. A nil trust is [TrustNone].
-func NewInbound(trust TrustFunc) *Inbound {
+// of, and, with [WithVerifier], signed sessions from any peer. A nil trust is
+// [TrustNone].
+func NewInbound(trust TrustFunc, opts ...InboundOption) *Inbound {
 	if trust == nil {
 		trust = TrustNone
 	}
-	return &Inbound{trust: trust}
+	p := &Inbound{trust: trust}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	return p
 }
 
 // Counts returns what the policy has seen so far.
@@ -121,6 +169,8 @@ func (p *Inbound) Counts() Counts {
 		Accepted: p.n.accepted.Load(), Untrusted: p.n.untrusted.Load(), Rejected: p.n.rejected.Load(),
 		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
 		InvalidValue: p.n.invalidValue.Load(), LocalField: p.n.localField.Load(),
+		Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
+		UnknownKey: p.n.unknownKey.Load(),
 	}
 }
 
@@ -129,11 +179,19 @@ const baggageHeader = "baggage"
 // Extract is the whole inbound path. It Resets the session of ctx (work
 // never inherits whatever the caller's base context held), extracts carrier
 // with prop (otel.GetTextMapPropagator() when nil), then applies the policy:
-// a well-formed session from a trusted peer is kept; from any other peer its
-// members are removed and counted. Malformed input returns a context whose
+// a well-formed session from a trusted peer, or one whose signature verifies
+// (see [WithVerifier]), is kept; from any other peer its members are removed
+// and counted. Malformed input or a failed signature returns a context whose
 // session is wholly Unset and an error naming the transport, never a value.
 // Trace context and baggage members that are not session fields are left as
 // the propagator extracted them in every case.
+//
+// The signature member (session.sig) belongs to the session: it is kept
+// when the session is accepted, so that the next hop can verify it too, and
+// removed with the session otherwise. Two of them, or a malformed one, refuse
+// the session even without a verifier. A signature on a carrier with a
+// message id (Peer.MessageID) is bound to that message and is removed once
+// the session is accepted: it could not verify anywhere else.
 func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, peer Peer) (context.Context, error) {
 	if prop == nil {
 		prop = otel.GetTextMapPropagator()
@@ -153,9 +211,9 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
 		err = checkReencodedSize(raw)
 	}
-	present := false
+	var in inboundSession
 	if err == nil {
-		present, err = checkMembers(baggage.FromContext(ctx), seen)
+		err = in.check(baggage.FromContext(ctx), seen)
 	}
 	if err != nil {
 		p.n.rejected.Add(1)
@@ -163,15 +221,49 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		reportOnce(err)
 		return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %w", peer.Transport, err)
 	}
-	if !present {
+	if !in.present {
 		return ctx, nil
 	}
-	if !p.trust(ctx, peer) {
+	if in.hasSig {
+		if err := p.judgeSignature(&in, peer); err != nil {
+			p.countSignature(err)
+			reportOnce(err)
+			return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %s: %w", peer.Transport, otelsession.SignatureKey, err)
+		}
+	}
+	if in.hasSig && p.verifier != nil {
+		p.n.signed.Add(1)
+	} else if !p.trust(ctx, peer) {
 		p.n.untrusted.Add(1)
 		return otelsession.Reset(ctx), nil
 	}
 	p.n.accepted.Add(1)
+	if in.hasSig && peer.MessageID != "" {
+		ctx = withoutSignature(ctx)
+	}
 	return ctx, nil
+}
+
+// judgeSignature verifies the signature of in when the policy has a
+// verifier. Without one the signature is opaque, but it must still be one:
+// the member is reserved, and a malformed one is tampering or a bug.
+func (p *Inbound) judgeSignature(in *inboundSession, peer Peer) error {
+	if p.verifier != nil {
+		return p.verifier.check(in.sig, peer.MessageID, &in.vals)
+	}
+	_, err := parseSignature(in.sig)
+	return err
+}
+
+func (p *Inbound) countSignature(err error) {
+	switch {
+	case errors.Is(err, ErrUnknownKey):
+		p.n.unknownKey.Add(1)
+	case errors.Is(err, ErrSignatureExpired):
+		p.n.expired.Add(1)
+	default:
+		p.n.badSignature.Add(1)
+	}
 }
 
 func (p *Inbound) countReason(err error) {
@@ -194,7 +286,8 @@ func (p *Inbound) countReason(err error) {
 var reported sync.Map // error kind -> struct{}
 
 func reportOnce(err error) {
-	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField} {
+	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField,
+		ErrBadSignature, ErrSignatureExpired, ErrUnknownKey} {
 		if errors.Is(err, kind) {
 			if _, loaded := reported.LoadOrStore(kind, struct{}{}); !loaded {
 				otel.Handle(fmt.Errorf("sessionwire: inbound session refused (reported once per kind): %w", err))
@@ -300,11 +393,14 @@ func checkReencodedSize(lines []string) error {
 }
 
 // keySet is a set of session keys: bit f for Field f (fields start at 1),
-// bit 0 for the async-delivery key. A set, not a map, because it is built for
-// every inbound carrier.
+// bit 0 for the async-delivery key, the top bit for the signature. A set, not
+// a map, because it is built for every inbound carrier.
 type keySet uint32
 
-const asyncBit keySet = 1
+const (
+	asyncBit keySet = 1
+	sigBit   keySet = 1 << 31
+)
 
 func fieldBit(f otelsession.Field) keySet { return 1 << f }
 
@@ -329,7 +425,8 @@ var fieldKeys = func() []keyClass {
 // length costs less than hashing it.
 var keysByLen = func() [][]keyClass {
 	all := append(fieldKeys[:len(fieldKeys):len(fieldKeys)],
-		keyClass{otelsession.AsyncDeliveryKey, asyncBit, false}, keyClass{otelsession.CwdKey, 0, true})
+		keyClass{otelsession.AsyncDeliveryKey, asyncBit, false}, keyClass{otelsession.CwdKey, 0, true},
+		keyClass{otelsession.SignatureKey, sigBit, false})
 	var t [][]keyClass
 	for _, c := range all {
 		for len(t) <= len(c.key) {
@@ -352,16 +449,25 @@ func classify(key string) (keyClass, bool) {
 	return keyClass{}, false
 }
 
-// checkMembers validates the session members of the extracted baggage: every
-// key seen in the raw headers must have survived parsing, and every value must
-// be one Bind could have produced. present reports whether b holds any
-// session member.
-func checkMembers(b baggage.Baggage, seen keySet) (present bool, err error) {
+// inboundSession is what the policy read of the session in an extracted
+// baggage.
+type inboundSession struct {
+	present bool         // any session member, the signature included
+	hasSig  bool         // a session.sig member
+	sig     string       // its value
+	vals    signedValues // what a signature covers, for the verifier
+}
+
+// check validates the session members of the extracted baggage: every key
+// seen in the raw headers must have survived parsing, and every value must be
+// one Bind could have produced. The signature is judged later, once the
+// session is known to be well formed.
+func (in *inboundSession) check(b baggage.Baggage, seen keySet) error {
 	if b.Len() == 0 && seen == 0 {
-		return false, nil
+		return nil
 	}
 	var errs []error
-	for _, c := range fieldKeys {
+	for i, c := range fieldKeys {
 		m := b.Member(c.key)
 		if m.Key() == "" {
 			if seen&c.bit != 0 {
@@ -369,15 +475,17 @@ func checkMembers(b baggage.Baggage, seen keySet) (present bool, err error) {
 			}
 			continue
 		}
-		present = true
+		in.present = true
 		if c.local {
 			// Only reachable through a propagator other than W3C baggage.
 			errs = append(errs, fmt.Errorf("%s: %w", c.key, ErrLocalField))
 			continue
 		}
-		if err := checkValue(m.Value()); err != nil {
+		v := m.Value()
+		if err := checkValue(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.key, err))
 		}
+		in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 	}
 	switch m := b.Member(otelsession.AsyncDeliveryKey); {
 	case m.Key() == "":
@@ -385,12 +493,21 @@ func checkMembers(b baggage.Baggage, seen keySet) (present bool, err error) {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
 		}
 	case m.Value() != "0":
-		present = true
+		in.present = true
 		errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrInvalidValue))
 	default:
-		present = true
+		in.present = true
+		in.vals[asyncPos].v, in.vals[asyncPos].ok = m.Value(), true
 	}
-	return present, errors.Join(errs...)
+	switch m := b.Member(otelsession.SignatureKey); {
+	case m.Key() == "":
+		if seen&sigBit != 0 {
+			errs = append(errs, fmt.Errorf("%s: %w", otelsession.SignatureKey, ErrMalformedMember))
+		}
+	default:
+		in.present, in.hasSig, in.sig = true, true, m.Value()
+	}
+	return errors.Join(errs...)
 }
 
 // fields is the session schema, read once.
@@ -443,5 +560,5 @@ func hasSession(b baggage.Baggage) bool {
 			return true
 		}
 	}
-	return b.Member(otelsession.AsyncDeliveryKey).Key() != ""
+	return b.Member(otelsession.AsyncDeliveryKey).Key() != "" || b.Member(otelsession.SignatureKey).Key() != ""
 }
