@@ -341,6 +341,13 @@ func (c Config) Command(ctx context.Context, name string, args ...string) *exec.
 // Trace context and baggage members that are not session fields are kept
 // as the propagator extracted them.
 func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
+	return c.fromEnvironment(ctx, os.LookupEnv, &envcar.Carrier{})
+}
+
+// fromEnvironment is FromEnvironment over any environment: lookup reads a
+// variable, carrier holds the OTel carriers of the same environment. Tests
+// and fuzzing give it a slice; FromEnvironment the process's own.
+func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string, bool), carrier otelprop.TextMapCarrier) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -348,7 +355,7 @@ func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
 
 	// The mark is set before extraction, which Resets the session but keeps
 	// the mark: otherwise the session id would have to be bound to set it.
-	switch v, ok := os.LookupEnv(DelegatedChildVar); {
+	switch v, ok := lookup(DelegatedChildVar); {
 	case v == "1":
 		ctx = otelsession.WithDelegatedChild(ctx, "")
 	case ok && v != "":
@@ -365,7 +372,7 @@ func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
 		if f.Scope() != otelsession.Local {
 			continue
 		}
-		if v, ok := os.LookupEnv(f.Name()); ok {
+		if v, ok := lookup(f.Name()); ok {
 			locals = append(locals, binding{f, v})
 			switch f {
 			case otelsession.FieldUISessionID:
@@ -380,7 +387,7 @@ func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
 			}
 		}
 	}
-	check.Cwd = os.Getenv(CwdVar)
+	check.Cwd, _ = lookup(CwdVar)
 	if err := check.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidVariable, err))
 	}
@@ -389,7 +396,7 @@ func (c Config) FromEnvironment(ctx context.Context) (context.Context, error) {
 	if inbound == nil {
 		inbound = defaultInbound
 	}
-	ctx, err := inbound.Extract(ctx, c.Propagator, &envcar.Carrier{}, propagation.Peer{Transport: "env"})
+	ctx, err := inbound.Extract(ctx, c.Propagator, carrier, propagation.Peer{Transport: "env"})
 	if err != nil {
 		errs = append(errs, err)
 	}

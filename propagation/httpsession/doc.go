@@ -20,7 +20,14 @@
 // extracted, and its session is kept only when it is well formed and the peer
 // is trusted. A refused session never fails the request: the handler runs with
 // the session Unset, the policy counts the refusal, and [WithOnError] sees it.
-// By default no peer is trusted.
+// By default no peer is trusted. To accept signed sessions from peers the
+// policy does not trust, give it a verifier:
+//
+//	policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
+//
+// HTTP has no message id, so the signature is bound to no request: within
+// the verifier's maximum age, a captured signed session can be replayed onto
+// another request (see SECURITY.md).
 //
 // # Client
 //

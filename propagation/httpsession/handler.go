@@ -33,9 +33,10 @@ func WithInbound(p *propagation.Inbound) Option {
 }
 
 // WithOnError sets a function called, before the wrapped handler runs, for
-// each request whose session the policy refused as malformed. err wraps one
-// of propagation's Err values; it names the field, never the value. fn must
-// not write to the response: the request is served as usual.
+// each request whose session the policy refused as malformed or for a
+// signature that failed (see propagation.WithVerifier). err wraps one of
+// propagation's Err values; it names the field, never the value. fn must not
+// write to the response: the request is served as usual.
 func WithOnError(fn func(r *http.Request, err error)) Option {
 	return Option{func(h *handler) { h.onError = fn }}
 }

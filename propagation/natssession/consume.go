@@ -32,7 +32,9 @@ type Consumer struct {
 //
 // when only the gateway can publish to the account the worker consumes from.
 // The policy sees each message as propagation.Peer{Transport: "nats", Name:
-// subject}.
+// subject, MessageID: its Nats-Msg-Id header}; with a verifier
+// (propagation.WithVerifier) a signed session is accepted from any subject,
+// bound to that message id (see [WithSigner]).
 func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 	if policy == nil {
 		policy = propagation.NewInbound(nil)
@@ -90,7 +92,10 @@ func (c *Consumer) ExtractJetStream(ctx context.Context, msg jetstream.Msg) (con
 
 func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (context.Context, trace.Span, error) {
 	before := trace.SpanContextFromContext(ctx)
-	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), HeaderCarrier(h), propagation.Peer{Transport: Transport, Name: subject})
+	// The signature binds the exact header JetStream deduplicates on; a
+	// spelling in another case is not the message's id.
+	peer := propagation.Peer{Transport: Transport, Name: subject, MessageID: h.Get(jetstream.MsgIDHeader)}
+	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), HeaderCarrier(h), peer)
 	if err != nil {
 		err = fmt.Errorf("message on NATS subject %q: %w", subject, err)
 	}

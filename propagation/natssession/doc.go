@@ -46,6 +46,21 @@
 // Redelivered messages (after a nak or an ack timeout) carry their stored
 // headers, so they arrive with their own session again.
 //
+// # Signed sessions
+//
+// Where the NATS account is not enough to trust a publisher, the gateway
+// signs and the workers verify:
+//
+//	pub := natssession.NewPublisher(natssession.WithSigner(signer))
+//	msg.Header.Set(jetstream.MsgIDHeader, messageID) // before publishing: the signature binds it
+//	cons := natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))
+//
+// The signature is bound to the message's Nats-Msg-Id, so it cannot be moved
+// onto another message, and the consumer removes it once it has accepted the
+// session (it could verify nowhere else). Keep the stream's duplicate window
+// at least as long as the verifier's maximum age: a replay with the same id
+// is then dropped by the server for as long as the signature is fresh.
+//
 // # Headers
 //
 // nats.Header is case-sensitive, and the propagators use lower-case keys

@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 // ScopeName is the instrumentation scope of the spans this package starts.
@@ -22,6 +24,7 @@ type config struct {
 	prop    otelprop.TextMapPropagator
 	egress  func(subject string) bool
 	onError func(context.Context, error)
+	signer  *propagation.Signer
 }
 
 func newConfig(opts []Option) config {
@@ -94,4 +97,29 @@ func WithSessionEgress(allow func(subject string) bool) Option {
 // A [Publisher] ignores this option.
 func WithOnError(f func(ctx context.Context, err error)) Option {
 	return func(c *config) { c.onError = f }
+}
+
+// WithSigner makes a [Publisher] sign the session of every message it puts a
+// session into (see propagation.Signer), bound to the message's id when it
+// has one: the Nats-Msg-Id header (jetstream.MsgIDHeader) present in
+// msg.Header when the message is injected. A consumer whose policy verifies
+// signatures (propagation.WithVerifier) binds the same header, so the
+// signed session cannot be moved onto another message; on JetStream, whose
+// duplicate window drops a second message with the same id, it cannot be
+// replayed with its own id either while the window lasts.
+//
+// Set the id in msg.Header before publishing
+// (msg.Header.Set(jetstream.MsgIDHeader, id)): jetstream.WithMsgID writes it
+// during the publish, after the session was signed, so the consumer would
+// refuse the signature ([Publisher.PublishJetStream] reports that case). A
+// message without an id gets a signature bound to no message, which a
+// consumer accepts on any message without an id within the verifier's
+// window.
+//
+// A subject [WithSessionEgress] refuses gets no session and no signature.
+// Signing fails only when the signature does not fit the W3C baggage limits;
+// Publish and PublishJetStream then return the error without publishing.
+// A nil s signs nothing. A [Consumer] ignores this option.
+func WithSigner(s *propagation.Signer) Option {
+	return func(c *config) { c.signer = s }
 }

@@ -27,6 +27,12 @@ var (
 	ErrNilMessage = errors.New("nil NATS message")
 	// ErrNilConnection: a nil *nats.Conn or JetStream publisher was given.
 	ErrNilConnection = errors.New("nil NATS connection")
+	// ErrMessageIDAfterSigning: a message's Nats-Msg-Id was set by a publish
+	// option (jetstream.WithMsgID) after the session was signed for another
+	// id (or none); its consumer will refuse the signature. Set the id in
+	// msg.Header before publishing instead. It is reported to otel.Handle and
+	// recorded on the span; the message has been published.
+	ErrMessageIDAfterSigning = errors.New("message id set after the session was signed")
 )
 
 // Semantic-convention values that the semconv package has no constant for:
@@ -68,10 +74,24 @@ func NewPublisher(opts ...Option) *Publisher {
 // helper for (request-reply, PublishMsgAsync); otherwise prefer [Publisher.Publish]
 // or [Publisher.PublishJetStream].
 //
+// With [WithSigner], the session is signed for the message's id; a signature
+// that does not fit the W3C limits is reported to otel.Handle and recorded on
+// the span, and the message carries the session unsigned.
+//
 // A nil msg starts no span: the returned span is a no-op, safe to end.
 func (p *Publisher) Inject(ctx context.Context, msg *nats.Msg) (context.Context, trace.Span) {
+	ctx, span, err := p.inject(ctx, msg)
+	if err != nil {
+		otel.Handle(err)
+		span.RecordError(err)
+	}
+	return ctx, span
+}
+
+// inject is Inject returning the signing error instead of reporting it.
+func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context, trace.Span, error) {
 	if msg == nil {
-		return ctx, noopSpan
+		return ctx, noopSpan, nil
 	}
 	ctx, span := p.tracer.Start(ctx, "publish "+msg.Subject, kindProducer, trace.WithAttributes(
 		systemNATS,
@@ -83,6 +103,7 @@ func (p *Publisher) Inject(ctx context.Context, msg *nats.Msg) (context.Context,
 		msg.Header = nats.Header{}
 	}
 	out := ctx
+	var signErr error
 	if !p.cfg.egress(msg.Subject) {
 		out = propagation.WithoutSession(ctx)
 		// A forwarded message may already carry a session that was written
@@ -90,9 +111,15 @@ func (p *Publisher) Inject(ctx context.Context, msg *nats.Msg) (context.Context,
 		if err := stripSession(msg.Header); err != nil {
 			otel.Handle(fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err))
 		}
+	} else if p.cfg.signer != nil {
+		// The exact header the server deduplicates on and the consumer binds.
+		out, signErr = p.cfg.signer.SignFor(out, msg.Header.Get(jetstream.MsgIDHeader))
+		if signErr != nil {
+			signErr = fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, signErr)
+		}
 	}
 	p.cfg.propagator().Inject(out, HeaderCarrier(msg.Header))
-	return ctx, span
+	return ctx, span, signErr
 }
 
 // Publish publishes msg with nc.PublishMsg inside a producer span, after
@@ -104,8 +131,11 @@ func (p *Publisher) Publish(ctx context.Context, nc *nats.Conn, msg *nats.Msg) e
 	case nc == nil:
 		return fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, ErrNilConnection)
 	}
-	_, span := p.Inject(ctx, msg)
+	_, span, err := p.inject(ctx, msg)
 	defer span.End()
+	if err != nil {
+		return fail(span, err)
+	}
 	setServer(span, nc)
 	if err := nc.PublishMsg(msg); err != nil {
 		return fail(span, fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err))
@@ -125,14 +155,25 @@ func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher
 	case js == nil:
 		return nil, fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, ErrNilConnection)
 	}
-	ctx, span := p.Inject(ctx, msg)
+	ctx, span, err := p.inject(ctx, msg)
 	defer span.End()
+	if err != nil {
+		return nil, fail(span, err)
+	}
 	if c, ok := js.(interface{ Conn() *nats.Conn }); ok {
 		setServer(span, c.Conn())
 	}
+	signedFor := msg.Header.Get(jetstream.MsgIDHeader)
 	ack, err := js.PublishMsg(ctx, msg, opts...)
-	if id := msg.Header.Get(jetstream.MsgIDHeader); id != "" {
+	id := msg.Header.Get(jetstream.MsgIDHeader)
+	if id != "" {
 		span.SetAttributes(semconv.MessagingMessageID(id))
+	}
+	if p.cfg.signer != nil && p.cfg.egress(msg.Subject) && id != signedFor {
+		// The message has left; say why its consumer will refuse it.
+		idErr := fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, ErrMessageIDAfterSigning)
+		otel.Handle(idErr)
+		span.RecordError(idErr)
 	}
 	if err != nil {
 		return nil, fail(span, fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, err))
