@@ -54,8 +54,9 @@ func OriginFrom(ctx context.Context) Origin {
 }
 
 // Validate reports why o cannot be routed: no platform or chat, a value Bind
-// would refuse, or a trace context that does not parse. Errors name fields,
-// never values.
+// would refuse (alone, or all of them together being too large for the W3C
+// baggage limits), or a trace context that does not parse. Errors name
+// fields, never values.
 func (o Origin) Validate() error {
 	var errs []error
 	if o.Platform == "" {
@@ -64,14 +65,9 @@ func (o Origin) Validate() error {
 	if o.ChatID == "" {
 		errs = append(errs, fmt.Errorf("chat_id: missing"))
 	}
-	for _, v := range [...]struct{ key, value string }{
-		{"platform", o.Platform}, {"chat_id", o.ChatID}, {"thread_id", o.ThreadID},
-		{"parent_chat_id", o.ParentChatID}, {"message_id", o.MessageID}, {"scope_id", o.ScopeID},
-		{"user_id", o.UserID}, {"session_key", o.SessionKey}, {"ui_session_id", o.UISessionID},
-	} {
-		if err := checkValue(v.key, v.value); err != nil {
-			errs = append(errs, err)
-		}
+	// Every value, and the whole, must be what o.Bind can bind.
+	if err := o.session().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.TraceParent != "" {
 		if _, ok := o.SpanContext(); !ok {
@@ -115,11 +111,16 @@ func (o Origin) Link() trace.Link {
 // then carries the conversation it belongs to. Fields an origin does not hold
 // are Cleared.
 func (o Origin) Bind(ctx context.Context) context.Context {
-	return Bind(ctx, Session{
+	return Bind(ctx, o.session())
+}
+
+// session is the session o.Bind binds.
+func (o Origin) session() Session {
+	return Session{
 		Platform: o.Platform, ChatID: o.ChatID, ThreadID: o.ThreadID, ParentChatID: o.ParentChatID,
 		MessageID: o.MessageID, ScopeID: o.ScopeID, UserID: o.UserID, SessionKey: o.SessionKey,
 		UISessionID: o.UISessionID,
-	})
+	}
 }
 
 // UnmarshalJSON decodes a stored origin and validates it, so that a corrupted
