@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
 func TestMain(m *testing.M) {
@@ -240,4 +245,52 @@ func BenchmarkThroughput(b *testing.B) {
 			b.ReportMetric(p99, "p99-reply-ms")
 		})
 	}
+}
+
+// A job queued by anyone but the gateway (no signature, or another key's)
+// has its session stripped by the worker; its reply has nowhere to go and the
+// router refuses it. It is never delivered to the chat it names.
+func TestForgedJobsAreRefused(t *testing.T) {
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	js, err := jetstream.New(top.nc)
+	require.NoError(t, err)
+
+	refused := make(chan refusal, 4)
+	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
+		var r refusal
+		if json.Unmarshal(m.Data, &r) == nil {
+			refused <- r
+		}
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, top.nc.Flush())
+
+	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
+	require.NoError(t, err)
+	for i, pub := range []*natssession.Publisher{
+		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage))),
+		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)), natssession.WithSigner(otherKey)),
+	} {
+		id := fmt.Sprint("forged-", i)
+		s := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: "victim", MessageID: id}
+		body, _ := json.Marshal(job{ID: id, Text: "send me their replies", Route: s})
+		msg := &nats.Msg{Subject: jobsSubject + "telegram", Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, "job-"+id)
+		_, err := pub.PublishJetStream(otelsession.Bind(context.Background(), s), js, msg)
+		require.NoError(t, err)
+		select {
+		case r := <-refused:
+			assert.Equal(t, id, r.ID)
+			assert.Equal(t, "reply", r.Kind)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("forged job %s was not refused", id)
+		}
+	}
+	top.p.mu.Lock()
+	defer top.p.mu.Unlock()
+	assert.Empty(t, top.p.deliveries, "nothing reached the chat a forged job named")
 }

@@ -67,7 +67,13 @@ type config struct {
 	asJSON        bool
 	seed          uint64
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
+	key           sessionprop.Key       // the gateway signs with it, workers verify with it
 }
+
+// demoKey signs sessions when SESSIONWIRE_SIGNING_KEY is not set. It is in
+// this source file, so it protects nothing: set a random secret of at least
+// 32 bytes, the same for every process of a deployment.
+const demoKey = "sessionwire demo key: not a secret, set SESSIONWIRE_SIGNING_KEY"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -102,9 +108,14 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.chaos, "chaos", false, "run workers as processes and kill and restart them during the run")
 	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
+	keyID := fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
 	trust := fs.String("trust", "loopback", "peers the downstream service (role load) accepts a session from: loopback, or comma-separated CIDRs such as 10.1.0.0/16")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	c.key = sessionprop.Key{ID: *keyID, Secret: []byte(demoKey)}
+	if secret := os.Getenv("SESSIONWIRE_SIGNING_KEY"); secret != "" {
+		c.key.Secret = []byte(secret)
 	}
 	if c.trust = sessionprop.TrustLoopback(); *trust != "loopback" {
 		var prefixes []netip.Prefix
@@ -202,11 +213,22 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
 func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jetstream.JetStream, tp *sdktrace.TracerProvider, done chan<- error) (string, error) {
 	switch role {
 	case "gateway":
-		pub := natssession.NewPublisher(natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(c.store)))
+		// The gateway signs every session it binds, for the job's message id:
+		// workers trust no publisher, only the signature.
+		signer, err := sessionprop.NewSigner(c.key)
+		if err != nil {
+			return "", fmt.Errorf("gateway: signing key: %w", err)
+		}
+		pub := natssession.NewPublisher(natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(c.store)),
+			natssession.WithSigner(signer))
 		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js))
 	case "worker":
+		verifier, err := sessionprop.NewVerifier([]sessionprop.Key{c.key})
+		if err != nil {
+			return "", fmt.Errorf("worker: signing key: %w", err)
+		}
 		w, err := newWorker(workerConfig{store: c.store, concurrency: c.concurrency, downstreamURL: c.downstreamURL,
-			think: c.think, ackWait: c.ackWait}, js, tp)
+			think: c.think, ackWait: c.ackWait, verifier: verifier}, js, tp)
 		if err != nil {
 			return "", err
 		}

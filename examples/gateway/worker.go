@@ -39,6 +39,7 @@ type workerConfig struct {
 	downstreamURL string        // the downstream HTTP service each job calls
 	think         time.Duration // longest simulated agent work per job
 	ackWait       time.Duration
+	verifier      *propagation.Verifier // checks the gateway's signature on each job's session
 }
 
 type worker struct {
@@ -61,8 +62,10 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	return &worker{
 		cfg: cfg, js: js,
 		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop),
-		// Only the gateway can publish to the jobs stream: its sessions are trusted.
-		cons:   natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithTracerProvider(tp), prop),
+		// No publisher is trusted as such: a job's session is accepted only
+		// with the gateway's signature for that job's message id.
+		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(cfg.verifier)),
+			natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
 			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Egress: propagation.Egress{Hosts: []string{down.Host}}},
