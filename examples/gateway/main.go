@@ -265,6 +265,12 @@ func runRole(ctx context.Context, c config) error {
 	fmt.Printf("ready %s %s\n", c.role, url)
 	select {
 	case <-ctx.Done():
+		if c.role != "gateway" {
+			// Let the work in flight finish (acknowledged, recorded) before the
+			// connection closes: a router stopped mid-delivery would otherwise
+			// leave it unrecorded, and its successor would deliver it again.
+			return <-done
+		}
 		return nil
 	case err := <-done:
 		return err

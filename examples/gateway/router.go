@@ -44,21 +44,14 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 	if err != nil {
 		return err
 	}
-	sem := make(chan struct{}, concurrency)
-	var wg sync.WaitGroup
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			rt.handle(msg)
-		})
-	}, jetstream.PullMaxMessages(concurrency)) // see worker.run
+	p := newPool(concurrency)
+	cc, err := cons.Consume(p.handler(rt.handle), jetstream.PullMaxMessages(concurrency)) // see worker.run
 	if err != nil {
 		return fmt.Errorf("router: consume notifications: %w", err)
 	}
 	<-ctx.Done()
 	cc.Stop()
-	wg.Wait()
+	p.close()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,4 +119,41 @@ func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// pool runs message handlers concurrently, at most n at once, and stops
+// cleanly: after close, a message still arriving is left unacknowledged (so
+// JetStream redelivers it), and close returns when the running ones are done.
+type pool struct {
+	sem     chan struct{}
+	mu      sync.Mutex
+	closing bool
+	wg      sync.WaitGroup
+}
+
+func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
+
+func (p *pool) handler(h func(jetstream.Msg)) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
+		p.sem <- struct{}{}
+		p.mu.Lock()
+		if p.closing {
+			p.mu.Unlock()
+			<-p.sem
+			return
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() {
+			defer func() { <-p.sem; p.wg.Done() }()
+			h(msg)
+		}()
+	}
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -84,34 +84,25 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sem := make(chan struct{}, w.cfg.concurrency)
-	var wg sync.WaitGroup
-	dispatch := func(handle func(jetstream.Msg)) jetstream.MessageHandler {
-		return func(msg jetstream.Msg) {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				handle(msg)
-			})
-		}
-	}
+	p := newPool(w.cfg.concurrency)
 	// Fetch no more than can be worked on: JetStream's ack wait starts when a
 	// message is delivered, so a message waiting in a local buffer would be
 	// redelivered, and done twice, while still queued here.
 	limit := jetstream.PullMaxMessages(w.cfg.concurrency)
-	cc1, err := jobs.Consume(dispatch(w.handleJob), limit)
+	cc1, err := jobs.Consume(p.handler(w.handleJob), limit)
 	if err != nil {
 		return fmt.Errorf("worker: consume jobs: %w", err)
 	}
-	cc2, err := bg.Consume(dispatch(w.handleBackground), limit)
+	cc2, err := bg.Consume(p.handler(w.handleBackground), limit)
 	if err != nil {
 		cc1.Stop()
+		p.close()
 		return fmt.Errorf("worker: consume background work: %w", err)
 	}
 	<-ctx.Done()
 	cc1.Stop()
 	cc2.Stop()
-	wg.Wait()
+	p.close()
 	return nil
 }
 
