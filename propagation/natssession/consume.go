@@ -10,8 +10,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // Consumer reads trace context and the session from incoming NATS messages,
@@ -40,7 +40,7 @@ func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 		policy = propagation.NewInbound(nil)
 	}
 	cfg := newConfig(opts)
-	return &Consumer{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName), policy: policy}
+	return &Consumer{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName), policy: policy}
 }
 
 // Policy returns the inbound policy, for its counts.
@@ -65,7 +65,7 @@ func (c *Consumer) Extract(ctx context.Context, msg *nats.Msg) (context.Context,
 		ctx = context.Background()
 	}
 	if msg == nil {
-		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilMessage)
+		return messaging.NilMessage(ctx, ErrNilMessage)
 	}
 	return c.extract(ctx, msg.Header, msg.Subject)
 }
@@ -79,7 +79,7 @@ func (c *Consumer) ExtractJetStream(ctx context.Context, msg jetstream.Msg) (con
 		ctx = context.Background()
 	}
 	if msg == nil {
-		return otelsession.Reset(ctx), noopSpan, fmt.Errorf("extract session: %w", ErrNilMessage)
+		return messaging.NilMessage(ctx, ErrNilMessage)
 	}
 	ctx, span, err := c.extract(ctx, msg.Headers(), msg.Subject())
 	if span.IsRecording() {
@@ -91,36 +91,20 @@ func (c *Consumer) ExtractJetStream(ctx context.Context, msg jetstream.Msg) (con
 }
 
 func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (context.Context, trace.Span, error) {
-	before := trace.SpanContextFromContext(ctx)
 	// The signature binds the exact header JetStream deduplicates on; a
 	// spelling in another case is not the message's id.
-	peer := propagation.Peer{Transport: Transport, Name: subject, MessageID: h.Get(jetstream.MsgIDHeader)}
-	ctx, err := c.policy.Extract(ctx, c.cfg.propagator(), HeaderCarrier(h), peer)
-	if err != nil {
-		err = fmt.Errorf("message on NATS subject %q: %w", subject, err)
-	}
-
+	id := h.Get(jetstream.MsgIDHeader)
 	attrs := []attribute.KeyValue{
 		systemNATS,
 		semconv.MessagingDestinationName(subject),
 		semconv.MessagingOperationTypeProcess,
 		opNameProcess,
 	}
-	if id := HeaderCarrier(h).Get(jetstream.MsgIDHeader); id != "" {
-		attrs = append(attrs, semconv.MessagingMessageID(id))
+	if shown := HeaderCarrier(h).Get(jetstream.MsgIDHeader); shown != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(shown))
 	}
-	opts := []trace.SpanStartOption{kindConsumer, trace.WithAttributes(attrs...)}
-	// The creation context is the trace context the message brought; when it
-	// brought none, ctx's span is still the parent but is not a creation
-	// context, so it gets no link.
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
-	ctx, span := c.tracer.Start(ctx, "process "+subject, opts...)
-	if err != nil {
-		span.RecordError(err)
-	}
-	return ctx, span, err
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, HeaderCarrier(h),
+		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, fmt.Sprintf("message on NATS subject %q", subject))
 }
 
 // Handler returns a nats.MsgHandler (for nc.Subscribe, nc.QueueSubscribe)

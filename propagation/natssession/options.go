@@ -3,11 +3,11 @@ package natssession
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // ScopeName is the instrumentation scope of the spans this package starts.
@@ -20,42 +20,26 @@ const Transport = "nats"
 type Option func(*config)
 
 type config struct {
-	tp      trace.TracerProvider
-	prop    otelprop.TextMapPropagator
-	egress  func(subject string) bool
+	messaging.Config
 	onError func(context.Context, error)
 	signer  *propagation.Signer
 }
 
 func newConfig(opts []Option) config {
-	c := config{egress: allowAll}
+	var c config
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	if c.tp == nil {
-		c.tp = otel.GetTracerProvider()
-	}
+	c.Init()
 	return c
 }
-
-// propagator returns the configured propagator, or the global one read now,
-// so that a program which installs its propagator after building a Publisher
-// is still served (as otelhttp does).
-func (c *config) propagator() otelprop.TextMapPropagator {
-	if c.prop != nil {
-		return c.prop
-	}
-	return otel.GetTextMapPropagator()
-}
-
-func allowAll(string) bool { return true }
 
 // WithTracerProvider sets where spans are started. The default is
 // otel.GetTracerProvider(), read when the Publisher or Consumer is built.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tp = tp }
+	return func(c *config) { c.TP = tp }
 }
 
 // WithPropagator sets the propagator that writes and reads message headers.
@@ -68,7 +52,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // or no session crosses the queue. The propagator must include
 // propagation.Baggage{}: the session travels as baggage.
 func WithPropagator(p otelprop.TextMapPropagator) Option {
-	return func(c *config) { c.prop = p }
+	return func(c *config) { c.Prop = p }
 }
 
 // WithSessionEgress decides, per subject, whether a [Publisher] may put the
@@ -84,9 +68,9 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 func WithSessionEgress(allow func(subject string) bool) Option {
 	return func(c *config) {
 		if allow == nil {
-			allow = func(string) bool { return false }
+			allow = messaging.RefuseAll
 		}
-		c.egress = allow
+		c.Egress = allow
 	}
 }
 

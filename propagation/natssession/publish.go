@@ -47,7 +47,6 @@ var (
 var (
 	noopSpan     = trace.SpanFromContext(context.Background())
 	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
-	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
 )
 
 const baggageKey = "baggage"
@@ -63,7 +62,7 @@ type Publisher struct {
 // NewPublisher returns a Publisher configured by opts.
 func NewPublisher(opts ...Option) *Publisher {
 	cfg := newConfig(opts)
-	return &Publisher{cfg: cfg, tracer: cfg.tp.Tracer(ScopeName)}
+	return &Publisher{cfg: cfg, tracer: cfg.TP.Tracer(ScopeName)}
 }
 
 // Inject starts a producer span named "publish <subject>" as a child of ctx,
@@ -104,7 +103,7 @@ func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context,
 	}
 	out := ctx
 	var signErr error
-	if !p.cfg.egress(msg.Subject) {
+	if !p.cfg.Egress(msg.Subject) {
 		out = propagation.WithoutSession(ctx)
 		// A forwarded message may already carry a session that was written
 		// before this call; the rule is about the message, not only about ctx.
@@ -118,7 +117,7 @@ func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context,
 			signErr = fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, signErr)
 		}
 	}
-	p.cfg.propagator().Inject(out, HeaderCarrier(msg.Header))
+	p.cfg.Propagator().Inject(out, HeaderCarrier(msg.Header))
 	return ctx, span, signErr
 }
 
@@ -169,7 +168,7 @@ func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher
 	if id != "" {
 		span.SetAttributes(semconv.MessagingMessageID(id))
 	}
-	if p.cfg.signer != nil && p.cfg.egress(msg.Subject) && id != signedFor {
+	if p.cfg.signer != nil && p.cfg.Egress(msg.Subject) && id != signedFor {
 		// The message has left; say why its consumer will refuse it.
 		idErr := fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, ErrMessageIDAfterSigning)
 		otel.Handle(idErr)
