@@ -1,4 +1,5 @@
-// Package messaging is what the queue transports (kafkasession, amqpsession)
+// Package messaging is what the queue transports (natssession, kafkasession,
+// amqpsession)
 // share: their configuration, the producer step (span, egress rule, inject)
 // and the consumer step (inbound policy, consumer span linked to the
 // producer's). Each transport keeps only its carrier and its span attributes.
