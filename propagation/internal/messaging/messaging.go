@@ -1,8 +1,8 @@
 // Package messaging is what the queue transports (natssession, kafkasession,
-// amqpsession)
-// share: their configuration, the producer step (span, egress rule, inject)
-// and the consumer step (inbound policy, consumer span linked to the
-// producer's). Each transport keeps only its carrier and its span attributes.
+// amqpsession) share: their configuration, the producer step (span, egress
+// rule, inject) and the consumer step (inbound policy, consumer span linked
+// to the producer's). Each transport keeps only its carrier, its span
+// attributes and, for NATS, the signing of what it publishes.
 package messaging
 
 import (
