@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,7 +67,11 @@ func TestForeignMembersPassThrough(t *testing.T) {
 	require.NoError(t, err)
 	withProp, err := baggage.NewMemberRaw("tenant", "acme corp", props)
 	require.NoError(t, err)
-	b, err := baggage.New(withProp, member(t, "feature", "beta"), member(t, "session.custom", "app-owned"))
+	// The session namespace is owned: a key in it that the table does not
+	// know, in any spelling another SDK would decode into it, is never passed
+	// on as "not ours".
+	b, err := baggage.New(withProp, member(t, "feature", "beta"), member(t, "session.custom", "app-owned"),
+		member(t, "session%2Echat_id", "forged"), member(t, "SESSION.thread_id", "forged"))
 	require.NoError(t, err)
 	ctx := baggage.ContextWithBaggage(context.Background(), b)
 
@@ -80,10 +85,12 @@ func TestForeignMembersPassThrough(t *testing.T) {
 			got := baggage.FromContext(c)
 			assert.Equal(t, withProp.String(), got.Member("tenant").String(), "value and properties untouched")
 			assert.Equal(t, "beta", got.Member("feature").Value())
-			assert.Equal(t, "app-owned", got.Member("session.custom").Value(), "session.* keys that are not fields are foreign")
+			for _, k := range []string{"session.custom", "session%2Echat_id", "SESSION.thread_id"} {
+				assert.Empty(t, got.Member(k).Key(), "%s is in the session namespace", k)
+			}
 		})
 	}
-	assert.Equal(t, 3, baggage.FromContext(otelsession.Reset(otelsession.Bind(ctx, fullSession()))).Len(),
+	assert.Equal(t, 2, baggage.FromContext(otelsession.Reset(otelsession.Bind(ctx, fullSession()))).Len(),
 		"Reset removes exactly the session's members")
 }
 
@@ -125,6 +132,14 @@ func TestHostileValues(t *testing.T) {
 		{"invalid UTF-8", otelsession.Session{ChatID: "ok", ThreadID: "\xff\xfe"}, otelsession.ErrInvalidValue},
 		{"NUL byte", otelsession.Session{ChatID: "ok", ThreadID: "a\x00b"}, otelsession.ErrInvalidValue},
 		{"the sentinel itself", otelsession.Session{ChatID: "ok", ThreadID: "\x00"}, otelsession.ErrInvalidValue},
+		// What every receiving edge refuses, Bind refuses too: a value that
+		// binds here must never make the next service drop the session.
+		{"line feed", otelsession.Session{ChatID: "ok", ThreadID: "17585\n"}, otelsession.ErrInvalidValue},
+		{"carriage return", otelsession.Session{ChatID: "ok", UserID: "u\r\nx"}, otelsession.ErrInvalidValue},
+		{"other control character", otelsession.Session{ChatID: "ok", ScopeID: "g\x1b[31m"}, otelsession.ErrInvalidValue},
+		{"DEL", otelsession.Session{ChatID: "ok", MessageID: "1\x7f"}, otelsession.ErrInvalidValue},
+		{"U+FFFD", otelsession.Session{ChatID: "ok", SessionKey: "k\uFFFD"}, otelsession.ErrInvalidValue},
+		{"platform name too long", otelsession.Session{ChatID: "ok", Platform: strings.Repeat("p", 65)}, otelsession.ErrValueTooLong},
 		{"too long", otelsession.Session{ChatID: "ok", ThreadID: strings.Repeat("x", otelsession.MaxValueBytes+1)}, otelsession.ErrValueTooLong},
 		{"local field too long", otelsession.Session{ChatID: "ok", UISessionID: strings.Repeat("x", 10_000)}, otelsession.ErrValueTooLong},
 		{"cwd with NUL", otelsession.Session{ChatID: "ok", Cwd: "/a\x00b"}, otelsession.ErrInvalidValue},
@@ -158,7 +173,7 @@ func TestHostileValues(t *testing.T) {
 
 func hugeSession() otelsession.Session {
 	v := strings.Repeat("é", otelsession.MaxValueBytes/2) // 512 bytes, 1536 encoded
-	return otelsession.Session{ChatID: v, ThreadID: v, UserID: v, UserName: v, ChatName: v, ScopeID: v}
+	return otelsession.Session{ChatID: v, ThreadID: v, UserID: v, ScopeID: v, SessionKey: v, SessionID: v}
 }
 
 func TestWithHostileValue(t *testing.T) {
@@ -256,5 +271,93 @@ func TestWritesDropTheSignature(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			assert.Empty(t, baggage.FromContext(write(signed())).Member(otelsession.SignatureKey).Key())
 		})
+	}
+}
+
+// A display name that cannot be carried must never cost a message its thread:
+// a long one is cut at a UTF-8 boundary, an unusable one dropped, both
+// reported, and the identity is bound as given.
+func TestDisplayFieldsNeverTakeRoutingDown(t *testing.T) {
+	long := strings.Repeat("名", 200) // 600 bytes, over the 256-byte limit
+	tests := []struct {
+		name     string
+		s        otelsession.Session
+		field    otelsession.Field
+		want     string
+		wantErr  error
+		wantKept otelsession.State
+	}{
+		{"long chat name", otelsession.Session{ChatID: "-100", ThreadID: "17585", ChatName: long},
+			otelsession.FieldChatName, strings.Repeat("名", 85), otelsession.ErrValueTruncated, otelsession.Set},
+		{"long user name", otelsession.Session{ChatID: "-100", ThreadID: "17585", UserName: "x" + long},
+			otelsession.FieldUserName, "x" + strings.Repeat("名", 85), otelsession.ErrValueTruncated, otelsession.Set},
+		{"user name with a line feed", otelsession.Session{ChatID: "-100", ThreadID: "17585", UserName: "eve\nadmin"},
+			otelsession.FieldUserName, "", otelsession.ErrValueDropped, otelsession.Cleared},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NoError(t, tt.s.Validate(), "a display value is not a reason to refuse a session")
+			ctx := otelsession.Bind(context.Background(), tt.s)
+			v, st := otelsession.Lookup(ctx, tt.field)
+			assert.Equal(t, tt.want, v)
+			assert.Equal(t, tt.wantKept, st)
+			assert.LessOrEqual(t, len(v), tt.field.Spec().MaxLen)
+			assert.True(t, utf8.ValidString(v), "cut at a character boundary")
+			thread, st := otelsession.Lookup(ctx, otelsession.FieldThreadID)
+			assert.Equal(t, "17585", thread, "the routing identity is kept")
+			assert.Equal(t, otelsession.Set, st)
+		})
+	}
+	// Cutting is not refusing: errors.Is tells them apart.
+	_, err := otelsession.ValidateValue(otelsession.FieldChatName.Spec(), long)
+	assert.ErrorIs(t, err, otelsession.ErrValueTruncated)
+	assert.NotErrorIs(t, err, otelsession.ErrInvalidValue)
+}
+
+func TestOwnedKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]bool{
+		"session.chat_id":       true,
+		"session.future_field":  true,
+		"SESSION.chat_id":       true,
+		"Session.Chat_Id":       true,
+		"session%2Echat_id":     true,
+		"session%2echat_id":     true,
+		"%73ession.chat_id":     true,
+		"session%252Echat_id":   true, // decoded twice by two hops
+		"session%25252Echat_id": true,
+		"sessions.chat_id":      false,
+		"session_chat_id":       false,
+		"session":               false,
+		"tenant":                false,
+		"":                      false,
+		"x-session.chat_id":     false,
+		"session%2":             false,
+		"session%zz.chat_id":    false,
+		"%":                     false,
+	} {
+		assert.Equal(t, want, otelsession.OwnedKey(key), key)
+	}
+}
+
+func TestTableIsConsistent(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, s := range otelsession.Specs() {
+		assert.True(t, strings.HasPrefix(s.Key, otelsession.KeyPrefix), s.Key)
+		assert.Equal(t, strings.ToLower(s.Key), s.Key)
+		assert.False(t, seen[s.Key], "%s twice", s.Key)
+		seen[s.Key] = true
+		assert.True(t, otelsession.OwnedKey(s.Key))
+		got, ok := otelsession.SpecOf(s.Key)
+		require.True(t, ok)
+		assert.Equal(t, s, got)
+		if s.Field != 0 {
+			assert.Equal(t, s, s.Field.Spec())
+			assert.Equal(t, s.Class == otelsession.ClassLocal, s.Field.Scope() == otelsession.Local)
+		}
+		if s.Class == otelsession.ClassLocal {
+			assert.False(t, s.Signed, "%s: a local key never travels, so it is never signed", s.Key)
+		}
 	}
 }

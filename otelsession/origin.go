@@ -17,6 +17,11 @@ import (
 // process after a restart: the completion goes to the exact platform, chat,
 // thread and message anchor it came from, and its span can link back to the
 // originating one.
+//
+// An origin holds only identity fields ([ClassIdentity]): it is written to
+// queues and stores, so it never holds a local field (the UI session id, the
+// browser-control fields), which must not leave the process, nor display
+// names, which routing never needs.
 type Origin struct {
 	Platform     string `json:"platform"`
 	ChatID       string `json:"chat_id"`
@@ -26,7 +31,6 @@ type Origin struct {
 	ScopeID      string `json:"scope_id,omitempty"`   // guild / workspace / server
 	UserID       string `json:"user_id,omitempty"`
 	SessionKey   string `json:"session_key,omitempty"`
-	UISessionID  string `json:"ui_session_id,omitempty"`
 	// TraceParent and TraceState are the W3C trace context of the span that
 	// was current when the origin was captured.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -43,7 +47,7 @@ func OriginFrom(ctx context.Context) Origin {
 	o := Origin{
 		Platform: get(FieldPlatform), ChatID: get(FieldChatID), ThreadID: get(FieldThreadID),
 		ParentChatID: get(FieldParentChatID), MessageID: get(FieldMessageID), ScopeID: get(FieldScopeID),
-		UserID: get(FieldUserID), SessionKey: get(FieldSessionKey), UISessionID: get(FieldUISessionID),
+		UserID: get(FieldUserID), SessionKey: get(FieldSessionKey),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		c := propagation.MapCarrier{}
@@ -119,7 +123,6 @@ func (o Origin) session() Session {
 	return Session{
 		Platform: o.Platform, ChatID: o.ChatID, ThreadID: o.ThreadID, ParentChatID: o.ParentChatID,
 		MessageID: o.MessageID, ScopeID: o.ScopeID, UserID: o.UserID, SessionKey: o.SessionKey,
-		UISessionID: o.UISessionID,
 	}
 }
 

@@ -66,7 +66,7 @@ func FuzzOriginUnmarshal(f *testing.F) {
 			if verr := o.Validate(); verr != nil {
 				t.Fatalf("accepted an origin that does not validate: %v", verr)
 			}
-			for _, v := range []string{o.Platform, o.ChatID, o.ThreadID, o.ParentChatID, o.MessageID, o.ScopeID, o.UserID, o.SessionKey, o.UISessionID} {
+			for _, v := range []string{o.Platform, o.ChatID, o.ThreadID, o.ParentChatID, o.MessageID, o.ScopeID, o.UserID, o.SessionKey} {
 				if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 || len(v) > otelsession.MaxValueBytes {
 					t.Fatalf("accepted a value Bind refuses: %q", v)
 				}

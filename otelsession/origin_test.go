@@ -27,10 +27,13 @@ func TestOriginRoundTrip(t *testing.T) {
 	assert.Equal(t, "17585", o.ThreadID)
 	assert.Equal(t, "88121", o.MessageID)
 	assert.Equal(t, "guild-998877", o.ScopeID)
-	assert.Equal(t, "tab-7", o.UISessionID)
 
 	data, err := json.Marshal(o)
 	require.NoError(t, err)
+	// A stored origin leaves the process (queues, key-value stores): no local
+	// field may be in it.
+	assert.NotContains(t, string(data), "tab-7", "the UI session id is local")
+	assert.NotContains(t, string(data), "ui_session_id")
 	var back otelsession.Origin
 	require.NoError(t, json.Unmarshal(data, &back))
 	assert.Equal(t, o, back)

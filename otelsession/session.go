@@ -3,19 +3,14 @@ package otelsession
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/baggage"
 )
 
-// Limits of a session, beside the W3C baggage limits it shares with the
-// application's own baggage (https://www.w3.org/TR/baggage/#limits).
+// The W3C limits for the whole baggage, all members and all `baggage`
+// headers together (https://www.w3.org/TR/baggage/#limits), which the session
+// shares with the application's own baggage.
 const (
-	// MaxValueBytes bounds one field's value, in bytes before percent-encoding.
-	MaxValueBytes = 512
-	// MaxBaggageMembers and MaxBaggageBytes are the W3C limits for the whole
-	// baggage, all members and all `baggage` headers together.
 	MaxBaggageMembers = 64
 	MaxBaggageBytes   = 8192
 )
@@ -101,14 +96,16 @@ func (s *Session) values() (vals [numFields]string, st [numFields]State) {
 	return vals, st
 }
 
-// Validate reports every reason [Bind] would refuse s: a value that is not
-// valid UTF-8, holds a NUL byte or is longer than MaxValueBytes, an unknown
-// cron marker, or a session whose encoded members exceed MaxBaggageBytes. The
-// error wraps ErrInvalidValue, ErrValueTooLong or ErrSessionTooLarge and
-// names the fields (never their values, which may be personal data).
-// Call it at an ingress to refuse bad input with a clear message.
+// Validate reports every reason [Bind] would refuse s: an identity or local
+// value that [ValidateValue] refuses (a control character, bytes that are not
+// UTF-8, longer than its key's limit), an unknown cron marker, or a session
+// whose encoded members exceed MaxBaggageBytes. A display value that Bind
+// would cut or drop is not a refusal and is not reported here. The error
+// wraps ErrInvalidValue, ErrValueTooLong or ErrSessionTooLarge and names the
+// fields (never their values, which may be personal data). Call it at an
+// ingress to refuse bad input with a clear message.
 func (s Session) Validate() error {
-	e, errs := bindEdit(s)
+	e, errs, _ := bindEdit(s)
 	if len(errs) == 0 {
 		if _, err := e.baggage(baggage.Baggage{}); errors.Is(err, ErrSessionTooLarge) {
 			errs = append(errs, err)
@@ -120,8 +117,9 @@ func (s Session) Validate() error {
 	return nil
 }
 
-// bindEdit turns s into the edit Bind applies, with every reason to refuse it.
-func bindEdit(s Session) (e edit, errs []error) {
+// bindEdit turns s into the edit Bind applies, with every reason to refuse it
+// (errs) and every display value it cut or dropped (notes).
+func bindEdit(s Session) (e edit, errs []error, notes []displayNote) {
 	vals, st := s.values()
 	e.whole = true
 	if s.Cron > CronOn {
@@ -130,19 +128,24 @@ func bindEdit(s Session) (e edit, errs []error) {
 	for i := range numFields {
 		switch st[i] {
 		case Set:
-			if err := checkValue(fieldKeys[i], vals[i]); err != nil {
+			v, err := ValidateValue(table[i], vals[i])
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrInvalidValue):
 				errs = append(errs, err)
+			default:
+				notes = append(notes, displayNote{table[i].Key, err})
 			}
-			e.op[i], e.val[i] = opSet, vals[i]
+			e.op[i], e.val[i] = opSet, v
 		case Cleared:
 			e.op[i] = opSet
 		default:
-			if schema[i].session {
+			if table[i].InSession {
 				e.op[i] = opUnset
 			}
 		}
 	}
-	if err := checkValue(CwdKey, s.Cwd); err != nil {
+	if _, err := ValidateValue(cwdSpec(), s.Cwd); err != nil {
 		errs = append(errs, err)
 	}
 	e.cwd, e.cwdVal = opSet, s.Cwd
@@ -150,18 +153,8 @@ func bindEdit(s Session) (e edit, errs []error) {
 	if s.Stateless {
 		e.async = opSet
 	}
-	return e, errs
+	return e, errs, notes
 }
 
-// checkValue validates one value bound under key.
-func checkValue(key, v string) error {
-	switch {
-	case len(v) > MaxValueBytes:
-		return fmt.Errorf("%s: %d bytes, limit %d: %w", key, len(v), MaxValueBytes, ErrValueTooLong)
-	case !utf8.ValidString(v):
-		return fmt.Errorf("%s: not valid UTF-8: %w", key, ErrInvalidValue)
-	case strings.IndexByte(v, 0) >= 0:
-		return fmt.Errorf("%s: holds a NUL byte: %w", key, ErrInvalidValue)
-	}
-	return nil
-}
+// cwdSpec is the working directory's row.
+func cwdSpec() Spec { return *specByKey[CwdKey] }

@@ -76,14 +76,14 @@ var localIndex [numFields]int8
 
 func init() {
 	n := 0
-	for i, d := range schema {
+	for i := range numFields {
 		localIndex[i] = -1
-		if d.scope == Local {
+		if table[i].Class == ClassLocal {
 			localIndex[i] = int8(n)
 			n++
 		}
 	}
 	if n != numLocal {
-		panic("otelsession: numLocal does not match the schema")
+		panic("otelsession: numLocal does not match the field table")
 	}
 }

@@ -22,7 +22,9 @@ func TestWithCwd(t *testing.T) {
 	_, st = otelsession.Lookup(ctx, otelsession.FieldChatID)
 	assert.Equal(t, otelsession.Unset, st, "an unset field stays unset")
 
-	refused := otelsession.WithCwd(ctx, "/"+strings.Repeat("d", otelsession.MaxValueBytes))
+	long := "/" + strings.Repeat("d", 1000)
+	assert.Equal(t, long, otelsession.Cwd(otelsession.WithCwd(ctx, long)), "a path may be longer than an identifier")
+	refused := otelsession.WithCwd(ctx, "/"+strings.Repeat("d", 4096))
 	assert.Equal(t, "", otelsession.Cwd(refused))
 	assert.True(t, reported.has(otelsession.ErrValueTooLong))
 	assert.Equal(t, "", otelsession.Cwd(otelsession.WithCwd(ctx, "")))

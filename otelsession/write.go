@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sessionwire/sessionwire/fallback"
+	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
 )
 
 // Bind returns a copy of ctx bound to s: every session field (the nineteen
@@ -29,10 +31,13 @@ import (
 // the drop is reported the same way.
 func Bind(ctx context.Context, s Session) context.Context {
 	engaged.Store(true)
-	e, errs := bindEdit(s)
+	e, errs, notes := bindEdit(s)
 	if len(errs) > 0 {
 		otel.Handle(fmt.Errorf("otelsession: bind: session bound as cleared: %w", errors.Join(errs...)))
 		e.clearValues(e.whole)
+	}
+	for _, n := range notes {
+		noteDisplay(n.key, n.err, "bind")
 	}
 	return e.apply(ctx, "bind")
 }
@@ -45,7 +50,7 @@ func Bind(ctx context.Context, s Session) context.Context {
 func Clear(ctx context.Context) context.Context {
 	var e edit
 	for i := range numFields {
-		if schema[i].session {
+		if table[i].InSession {
 			e.op[i] = opSet
 		}
 	}
@@ -83,13 +88,7 @@ func With(ctx context.Context, f Field, value string) context.Context {
 		return ctx
 	}
 	var e edit
-	e.op[f-1], e.val[f-1] = opSet, value
-	if value != "" {
-		if err := checkValue(f.Key(), value); err != nil {
-			otel.Handle(fmt.Errorf("otelsession: with: field bound as cleared: %w", err))
-			e.val[f-1] = ""
-		}
-	}
+	e.op[f-1], e.val[f-1] = opSet, checked(f, value, "with")
 	return e.apply(ctx, "with "+f.Key())
 }
 
@@ -117,13 +116,7 @@ func WithSessionID(ctx context.Context, id string) context.Context {
 // stays in place for the rest of the process.
 func WithDelegatedChild(ctx context.Context, id string) context.Context {
 	var e edit
-	e.op[FieldSessionID-1], e.val[FieldSessionID-1] = opSet, id
-	if id != "" {
-		if err := checkValue(FieldSessionID.Key(), id); err != nil {
-			otel.Handle(fmt.Errorf("otelsession: delegated child: id bound as cleared: %w", err))
-			e.val[FieldSessionID-1] = ""
-		}
-	}
+	e.op[FieldSessionID-1], e.val[FieldSessionID-1] = opSet, checked(FieldSessionID, id, "delegated child")
 	e.delegate = true
 	return e.apply(ctx, "delegated child")
 }
@@ -134,7 +127,7 @@ func WithDelegatedChild(ctx context.Context, id string) context.Context {
 // [Session.Cwd]. A value that [Session.Validate] would refuse binds "" and is
 // reported to otel.Handle.
 func WithCwd(ctx context.Context, dir string) context.Context {
-	if err := checkValue(CwdKey, dir); err != nil {
+	if _, err := ValidateValue(cwdSpec(), dir); err != nil {
 		otel.Handle(fmt.Errorf("otelsession: with cwd: cleared: %w", err))
 		dir = ""
 	}
@@ -150,6 +143,44 @@ func WithCwd(ctx context.Context, dir string) context.Context {
 func DeclareStatelessChannel(ctx context.Context) context.Context {
 	e := edit{async: opSet}
 	return e.apply(ctx, "declare stateless channel")
+}
+
+// checked returns the value a single-field writer binds for f: value when
+// valid, a display value cut or dropped (reported), "" (Cleared) for a
+// refused value (reported).
+func checked(f Field, value, what string) string {
+	v, err := ValidateValue(table[f-1], value)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrInvalidValue):
+		otel.Handle(fmt.Errorf("otelsession: %s: field bound as cleared: %w", what, err))
+		v = ""
+	default:
+		noteDisplay(f.Key(), err, what)
+	}
+	return v
+}
+
+// noteDisplay counts a display value cut or dropped, and reports each kind
+// once per key and process: the same long chat name on every message of a
+// conversation would otherwise flood the error handler.
+func noteDisplay(key string, err error, direction string) {
+	outcome := "truncated"
+	if errors.Is(err, ErrValueDropped) {
+		outcome = "dropped"
+	}
+	sessionmetrics.Value(key, outcome, direction)
+	if _, loaded := displayReported.LoadOrStore(key+"\x00"+outcome, struct{}{}); !loaded {
+		otel.Handle(fmt.Errorf("otelsession: %s (reported once per field): %w", direction, err))
+	}
+}
+
+var displayReported sync.Map // key and outcome -> struct{}
+
+// displayNote is a display value a writer cut or dropped.
+type displayNote struct {
+	key string
+	err error
 }
 
 // op is what an edit does to one piece of session state.
@@ -179,7 +210,7 @@ type edit struct {
 func (e *edit) clearValues(session bool) {
 	for i := range numFields {
 		e.val[i] = ""
-		if session && schema[i].session {
+		if session && table[i].InSession {
 			e.op[i] = opSet
 		}
 	}
@@ -282,7 +313,7 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 	nSession := len(members)
 	if old.Len() > 0 {
 		for _, m := range old.Members() {
-			if !isOwnedKey(m.Key()) {
+			if !OwnedKey(m.Key()) {
 				members = append(members, m)
 			}
 		}
