@@ -43,6 +43,10 @@ const (
 // numFields is the number of fields; field f's index in per-field arrays is f-1.
 const numFields = int(fieldEnd) - 1
 
+// NumFields is the number of fields, for arrays indexed by Field-1 that
+// other packages size at compile time.
+const NumFields = numFields
+
 // Class says what a key is for, and so how it travels and what happens to a
 // value that cannot be carried.
 type Class uint8

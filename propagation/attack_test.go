@@ -168,7 +168,8 @@ func TestNamedAttacks(t *testing.T) {
 		// Key confusion. Keys are case-sensitive ASCII tokens: a look-alike is
 		// another member (or an invalid one, which otel drops), never a
 		// session field, and the signature does not cover it.
-		{name: "key in another case is a foreign member", lines: []string{genuine.add("Session.Chat_ID=forged", "SESSION.SCOPE_ID=forged").String()}, want: accepted},
+		{name: "key in another case is refused", lines: []string{genuine.add("Session.Chat_ID=forged", "SESSION.SCOPE_ID=forged").String()},
+			want: rejected(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
 		{name: "whitespace around signed members is allowed and trimmed",
 			lines: []string{genuine.set("session.chat_id", " \tsession.chat_id\t = chat-x9 ").String()}, want: accepted},
 		{name: "whitespace-padded key with a forged value is the session key, and breaks the signature",
@@ -179,7 +180,8 @@ func TestNamedAttacks(t *testing.T) {
 			lines: []string{genuine.drop("session.chat_id").add("ѕession.chat_id=chat-x9").String()}, want: badSig},
 		{name: "full-width key (ｓｅｓｓｉｏｎ.chat_id) is dropped by otel",
 			lines: []string{genuine.add("ｓｅｓｓｉｏｎ.chat_id=forged").String()}, want: accepted},
-		{name: "percent-encoded key is not decoded", lines: []string{genuine.add("session%2Echat_id=forged").String()}, want: accepted},
+		{name: "percent-encoded key is refused (one JavaScript hop would decode it)", lines: []string{genuine.add("session%2Echat_id=forged").String()},
+			want: rejected(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
 
 		// Duplicates.
 		{name: "duplicate session key with a conflicting value", lines: []string{genuine.add("session.chat_id=forged").String()},

@@ -2,8 +2,6 @@ package propagation
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -12,9 +10,10 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
-// Egress is the allowlist of destinations that may receive session members.
-// Its zero value allows none: third-party APIs see no session unless the user
-// names them. Other baggage members and trace context are not its concern.
+// Egress is an allowlist of URLs that may receive session members, for
+// [AllowURLs]. Its zero value allows none: third-party APIs see no session
+// unless the user names them. Other baggage members and trace context are not
+// its concern.
 type Egress struct {
 	// Hosts lists host names, optionally with a port ("notify.internal",
 	// "127.0.0.1:8443"); a name that starts with a dot (".internal") allows
@@ -74,55 +73,28 @@ func prefixMatches(prefix string, u *url.URL) bool {
 }
 
 // WithoutSession returns a copy of ctx for sending to a destination the
-// session must not reach: the session's baggage members are removed (local
-// state never travels anyway). Everything else in ctx is unchanged.
+// session must not reach: every baggage member in the session namespace
+// (otelsession.OwnedKey: fields, the signature, strays in any spelling) is
+// removed, and local state never travels anyway. Everything else in ctx is
+// unchanged. [Outbound.Inject] calls it for every destination it refuses.
 func WithoutSession(ctx context.Context) context.Context {
-	if !hasSession(baggage.FromContext(ctx)) {
+	b := baggage.FromContext(ctx)
+	if b.Len() == 0 {
 		return ctx
 	}
-	return otelsession.Reset(ctx)
-}
-
-// StripSessionHeader removes session members from the baggage headers of h,
-// which some other code (otelhttp in front of a transport, say) may already
-// have injected. Members that are not session fields are kept; a header line
-// the OTel parser cannot read at all is dropped, since it cannot be proven
-// free of a session.
-func StripSessionHeader(h http.Header) error {
-	lines := h.Values(baggageHeader)
-	if len(lines) == 0 {
-		return nil
-	}
-	var kept []string
-	var parseErr error
-	for _, line := range lines {
-		b, err := baggage.Parse(line)
-		if err != nil && parseErr == nil {
-			parseErr = fmt.Errorf("strip session from outgoing baggage: %w", err)
-		}
+	if !hasSession(b) {
+		owned := false
 		for _, m := range b.Members() {
-			if isSessionKey(m.Key()) {
-				b = b.DeleteMember(m.Key())
+			if otelsession.OwnedKey(m.Key()) {
+				owned = true
+				break
 			}
 		}
-		if s := b.String(); s != "" {
-			kept = append(kept, s)
+		if !owned {
+			return ctx
 		}
 	}
-	h.Del(baggageHeader)
-	for _, s := range kept {
-		h.Add(baggageHeader, s)
-	}
-	return parseErr
-}
-
-// isSessionKey reports whether key belongs to the session: any field key,
-// the working directory or the async-delivery capability.
-func isSessionKey(key string) bool {
-	if _, ok := otelsession.FieldByKey(key); ok {
-		return true
-	}
-	return key == otelsession.CwdKey || key == otelsession.AsyncDeliveryKey || key == otelsession.SignatureKey
+	return otelsession.Reset(ctx)
 }
 
 func hasDotSegment(p string) bool {

@@ -2,9 +2,7 @@ package propagation_test
 
 import (
 	"context"
-	"net/http"
 	"net/url"
-	"slices"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -104,47 +102,5 @@ func TestWithoutSession(t *testing.T) {
 	}
 	if v, _ := otelsession.Lookup(ctx, otelsession.FieldChatID); v != "c" {
 		t.Errorf("the caller's context lost its session: chat id %q", v)
-	}
-}
-
-func TestStripSessionHeader(t *testing.T) {
-	cases := []struct {
-		name    string
-		lines   []string
-		want    []string // members left, sorted
-		wantErr bool
-	}{
-		{"no header", nil, nil, false},
-		{"session only", []string{"session.chat_id=c,session.async_delivery=0"}, nil, false},
-		{"foreign members are kept", []string{"session.chat_id=c,app.tenant=acme", "app.x=1;p=q,session.thread_id=t"}, []string{"app.tenant=acme", "app.x=1;p=q"}, false},
-		{"local keys are removed too", []string{"session.cwd=%2Fw,session.ui_session_id=u,app.a=1"}, []string{"app.a=1"}, false},
-		{"case-confused key is not a session key", []string{"Session.Chat_ID=x"}, []string{"Session.Chat_ID=x"}, false},
-		{"unreadable member is dropped", []string{"session.chat_id=a b,app.a=1"}, []string{"app.a=1"}, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := http.Header{}
-			for _, l := range tc.lines {
-				h.Add("Baggage", l)
-			}
-			err := propagation.StripSessionHeader(h)
-			if (err != nil) != tc.wantErr {
-				t.Errorf("err = %v, want error %v", err, tc.wantErr)
-			}
-			var got []string
-			for _, l := range h.Values("Baggage") {
-				b, err := baggage.Parse(l)
-				if err != nil {
-					t.Errorf("left an unreadable line %q: %v", l, err)
-				}
-				for _, m := range b.Members() {
-					got = append(got, m.String())
-				}
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("left %q, want %q", got, tc.want)
-			}
-		})
 	}
 }

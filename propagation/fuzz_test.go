@@ -64,7 +64,7 @@ func FuzzExtract(f *testing.F) {
 	// Without a verifier, a malformed signature is the only signature
 	// failure.
 	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember,
-		propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField,
+		propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey,
 		propagation.ErrBadSignature}
 
 	f.Fuzz(func(t *testing.T, input string) {

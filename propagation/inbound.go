@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -31,13 +32,22 @@ var (
 	// ErrDuplicateMember: a session key appears more than once, in one header
 	// or across several (two values for one field: which one is the truth?).
 	ErrDuplicateMember = errors.New("session member repeated")
-	// ErrInvalidValue: a session value is too long or holds a control
-	// character (CR, LF, NUL other than the Cleared marker) or bytes that
-	// were not valid UTF-8.
-	ErrInvalidValue = errors.New("invalid session value")
-	// ErrLocalField: a field that never leaves a process (UI session id,
-	// browser control, working directory) arrived from the network.
-	ErrLocalField = errors.New("local session field received from a peer")
+	// ErrInvalidValue is otelsession.ErrInvalidValue: the one value rule
+	// (otelsession.ValidateValue) refused an identity value: too long for its
+	// key, a control character (CR, LF, NUL other than the Cleared marker,
+	// …), bytes that were not valid UTF-8. Bind refuses exactly the same
+	// values.
+	ErrInvalidValue = otelsession.ErrInvalidValue
+	// ErrLocalField is otelsession.ErrLocalField: a field that never leaves
+	// a process (UI session id, browser control, working directory) arrived
+	// from the network.
+	ErrLocalField = otelsession.ErrLocalField
+	// ErrUnknownSessionKey is otelsession.ErrUnknownSessionKey: a member in
+	// the session namespace that the wire-key table does not know in its
+	// canonical spelling (session.future, SESSION.chat_id,
+	// session%2Echat_id, which an SDK that decodes keys would turn into
+	// session.chat_id).
+	ErrUnknownSessionKey = otelsession.ErrUnknownSessionKey
 )
 
 // Peer describes where a carrier came from, for a [TrustFunc].
@@ -97,7 +107,11 @@ type Counts struct {
 	Untrusted uint64 // sessions stripped because the peer is not trusted and they were not signed
 	Rejected  uint64 // sessions refused as malformed; see the reasons below
 	// Refusals by reason (a carrier can have several).
-	TooLarge, Malformed, Duplicate, InvalidValue, LocalField uint64
+	TooLarge, Malformed, Duplicate, InvalidValue, LocalField, UnknownSessionKey uint64
+
+	// Truncated counts accepted sessions in which a display value (chat or
+	// user name) was cut to its limit or dropped: the session was kept.
+	Truncated uint64
 
 	// Signed counts the accepted sessions whose signature verified (see
 	// [WithVerifier]), whatever the peer.
@@ -116,9 +130,9 @@ type Inbound struct {
 	trust    TrustFunc
 	verifier *Verifier
 	n        struct {
-		accepted, untrusted, rejected                            atomic.Uint64
-		tooLarge, malformed, duplicate, invalidValue, localField atomic.Uint64
-		signed, badSignature, expired, unknownKey                atomic.Uint64
+		accepted, untrusted, rejected                                               atomic.Uint64
+		tooLarge, malformed, duplicate, invalidValue, localField, unknownSessionKey atomic.Uint64
+		signed, badSignature, expired, unknownKey, truncated                        atomic.Uint64
 	}
 }
 
@@ -169,6 +183,7 @@ func (p *Inbound) Counts() Counts {
 		Accepted: p.n.accepted.Load(), Untrusted: p.n.untrusted.Load(), Rejected: p.n.rejected.Load(),
 		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
 		InvalidValue: p.n.invalidValue.Load(), LocalField: p.n.localField.Load(),
+		UnknownSessionKey: p.n.unknownSessionKey.Load(), Truncated: p.n.truncated.Load(),
 		Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
 		UnknownKey: p.n.unknownKey.Load(),
 	}
@@ -213,11 +228,11 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	var in inboundSession
 	if err == nil {
-		err = in.check(baggage.FromContext(ctx), seen)
+		err = in.check(baggage.FromContext(ctx), seen, len(raw) == 0)
 	}
 	if err != nil {
 		p.n.rejected.Add(1)
-		p.countReason(err)
+		p.countReason(err, peer.Transport)
 		reportOnce(err)
 		return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %w", peer.Transport, err)
 	}
@@ -226,7 +241,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	if in.hasSig {
 		if err := p.judgeSignature(&in, peer); err != nil {
-			p.countSignature(err)
+			p.countSignature(err, peer.Transport)
 			reportOnce(err)
 			return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %s: %w", peer.Transport, otelsession.SignatureKey, err)
 		}
@@ -235,14 +250,44 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		p.n.signed.Add(1)
 	} else if !p.trust(ctx, peer) {
 		p.n.untrusted.Add(1)
+		sessionmetrics.Inbound(peer.Transport, "untrusted", "")
 		return otelsession.Reset(ctx), nil
 	}
 	p.n.accepted.Add(1)
+	sessionmetrics.Inbound(peer.Transport, "accepted", "")
 	if in.hasSig && peer.MessageID != "" {
 		ctx = withoutSignature(ctx)
 	}
+	if len(in.display) > 0 {
+		// Cut after the signature was verified over what was sent.
+		ctx = p.normalizeDisplay(ctx, in.display)
+	}
 	return ctx, nil
 }
+
+// normalizeDisplay replaces display values that the table cuts or drops,
+// as Bind would have: the session is kept.
+func (p *Inbound) normalizeDisplay(ctx context.Context, notes []displayFix) context.Context {
+	b := baggage.FromContext(ctx)
+	for _, f := range notes {
+		v := f.value
+		outcome := "truncated"
+		if v == "" {
+			v, outcome = otelsession.ClearedValue, "dropped"
+		}
+		if m, err := baggage.NewMemberRaw(f.key, v); err == nil {
+			if nb, err := b.SetMember(m); err == nil {
+				b = nb
+			}
+		}
+		p.n.truncated.Add(1)
+		sessionmetrics.Value(f.key, outcome, "inbound")
+	}
+	return baggage.ContextWithBaggage(ctx, b)
+}
+
+// displayFix is a display value to replace.
+type displayFix struct{ key, value string }
 
 // judgeSignature verifies the signature of in when the policy has a
 // verifier. Without one the signature is opaque, but it must still be one:
@@ -255,28 +300,34 @@ func (p *Inbound) judgeSignature(in *inboundSession, peer Peer) error {
 	return err
 }
 
-func (p *Inbound) countSignature(err error) {
+func (p *Inbound) countSignature(err error, transport string) {
+	reason := "bad_signature"
 	switch {
 	case errors.Is(err, ErrUnknownKey):
 		p.n.unknownKey.Add(1)
+		reason = "unknown_signing_key"
 	case errors.Is(err, ErrSignatureExpired):
 		p.n.expired.Add(1)
+		reason = "signature_expired"
 	default:
 		p.n.badSignature.Add(1)
 	}
+	sessionmetrics.Inbound(transport, "refused", reason)
 }
 
-func (p *Inbound) countReason(err error) {
+func (p *Inbound) countReason(err error, transport string) {
 	for _, r := range []struct {
-		err error
-		n   *atomic.Uint64
+		err    error
+		n      *atomic.Uint64
+		reason string
 	}{
-		{ErrBaggageTooLarge, &p.n.tooLarge}, {ErrMalformedMember, &p.n.malformed},
-		{ErrDuplicateMember, &p.n.duplicate}, {ErrInvalidValue, &p.n.invalidValue},
-		{ErrLocalField, &p.n.localField},
+		{ErrBaggageTooLarge, &p.n.tooLarge, "too_large"}, {ErrMalformedMember, &p.n.malformed, "malformed"},
+		{ErrDuplicateMember, &p.n.duplicate, "duplicate"}, {ErrInvalidValue, &p.n.invalidValue, "invalid_value"},
+		{ErrLocalField, &p.n.localField, "local_field"}, {ErrUnknownSessionKey, &p.n.unknownSessionKey, "unknown_key"},
 	} {
 		if errors.Is(err, r.err) {
 			r.n.Add(1)
+			sessionmetrics.Inbound(transport, "refused", r.reason)
 		}
 	}
 }
@@ -287,7 +338,7 @@ var reported sync.Map // error kind -> struct{}
 
 func reportOnce(err error) {
 	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField,
-		ErrBadSignature, ErrSignatureExpired, ErrUnknownKey} {
+		ErrUnknownSessionKey, ErrBadSignature, ErrSignatureExpired, ErrUnknownKey} {
 		if errors.Is(err, kind) {
 			if _, loaded := reported.LoadOrStore(kind, struct{}{}); !loaded {
 				otel.Handle(fmt.Errorf("sessionwire: inbound session refused (reported once per kind): %w", err))
@@ -329,9 +380,12 @@ func scanSessionKeys(lines []string) (keySet, error) {
 			}
 			c, ok := classify(key)
 			switch {
+			case !ok && otelsession.OwnedKey(key):
+				errs = append(errs, fmt.Errorf("%q: %w", key, ErrUnknownSessionKey))
+				continue
 			case !ok:
 				continue
-			case c.local:
+			case c.local():
 				errs = append(errs, fmt.Errorf("%s: %w", key, ErrLocalField))
 				continue
 			case seen&c.bit != 0:
@@ -395,44 +449,55 @@ func checkReencodedSize(lines []string) error {
 // keySet is a set of session keys: bit f for Field f (fields start at 1),
 // bit 0 for the async-delivery key, the top bit for the signature. A set, not
 // a map, because it is built for every inbound carrier.
-type keySet uint32
+type keySet uint64
 
 const (
 	asyncBit keySet = 1
-	sigBit   keySet = 1 << 31
+	sigBit   keySet = 1 << 63
 )
+
+// Every field needs its own bit between the async and signature bits: the
+// table may grow to 62 fields before this fails to compile.
+var _ [62 - otelsession.NumFields]struct{}
 
 func fieldBit(f otelsession.Field) keySet { return 1 << f }
 
 // keyClass is what the raw scan needs to know of a session key.
 type keyClass struct {
-	key   string
-	bit   keySet
-	local bool // never accepted from a peer
+	spec otelsession.Spec
+	bit  keySet
 }
+
+func (c *keyClass) local() bool { return c.spec.Class == otelsession.ClassLocal }
 
 // fieldKeys describes every field, in Field order.
 var fieldKeys = func() []keyClass {
 	var ks []keyClass
 	for _, f := range otelsession.Fields() {
-		ks = append(ks, keyClass{f.Key(), fieldBit(f), f.Scope() == otelsession.Local})
+		ks = append(ks, keyClass{f.Spec(), fieldBit(f)})
 	}
 	return ks
 }()
 
-// keysByLen holds every session key, the local ones too, by length: the raw
+// keysByLen holds every row of the wire-key table by key length: the raw
 // scan looks up every member's key, and comparing a few keys of the same
 // length costs less than hashing it.
 var keysByLen = func() [][]keyClass {
-	all := append(fieldKeys[:len(fieldKeys):len(fieldKeys)],
-		keyClass{otelsession.AsyncDeliveryKey, asyncBit, false}, keyClass{otelsession.CwdKey, 0, true},
-		keyClass{otelsession.SignatureKey, sigBit, false})
 	var t [][]keyClass
-	for _, c := range all {
-		for len(t) <= len(c.key) {
+	for _, s := range otelsession.Specs() {
+		c := keyClass{spec: s}
+		switch {
+		case s.Field != 0:
+			c.bit = fieldBit(s.Field)
+		case s.Key == otelsession.AsyncDeliveryKey:
+			c.bit = asyncBit
+		case s.Key == otelsession.SignatureKey:
+			c.bit = sigBit
+		}
+		for len(t) <= len(s.Key) {
 			t = append(t, nil)
 		}
-		t[len(c.key)] = append(t[len(c.key)], c)
+		t[len(s.Key)] = append(t[len(s.Key)], c)
 	}
 	return t
 }()
@@ -442,7 +507,7 @@ func classify(key string) (keyClass, bool) {
 		return keyClass{}, false
 	}
 	for _, c := range keysByLen[len(key)] {
-		if c.key == key {
+		if c.spec.Key == key {
 			return c, true
 		}
 	}
@@ -456,34 +521,46 @@ type inboundSession struct {
 	hasSig  bool         // a session.sig member
 	sig     string       // its value
 	vals    signedValues // what a signature covers, for the verifier
+	display []displayFix // display values to cut or drop once accepted
 }
 
 // check validates the session members of the extracted baggage: every key
 // seen in the raw headers must have survived parsing, and every value must be
-// one Bind could have produced. The signature is judged later, once the
-// session is known to be well formed.
-func (in *inboundSession) check(b baggage.Baggage, seen keySet) error {
+// one Bind could have produced (otelsession.ValidateValue). When the
+// propagator read no raw baggage header (another format), the extracted
+// members are searched for strays in the session namespace instead. The
+// signature is judged later, once the session is known to be well formed.
+func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) error {
 	if b.Len() == 0 && seen == 0 {
 		return nil
 	}
 	var errs []error
-	for i, c := range fieldKeys {
-		m := b.Member(c.key)
+	known := 0
+	for i := range fieldKeys {
+		c := &fieldKeys[i]
+		m := b.Member(c.spec.Key)
 		if m.Key() == "" {
 			if seen&c.bit != 0 {
-				errs = append(errs, fmt.Errorf("%s: %w", c.key, ErrMalformedMember))
+				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
 			}
 			continue
 		}
+		known++
 		in.present = true
-		if c.local {
+		if c.local() {
 			// Only reachable through a propagator other than W3C baggage.
-			errs = append(errs, fmt.Errorf("%s: %w", c.key, ErrLocalField))
+			errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrLocalField))
 			continue
 		}
 		v := m.Value()
-		if err := checkValue(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", c.key, err))
+		if v != otelsession.ClearedValue {
+			switch nv, err := otelsession.ValidateValue(c.spec, v); {
+			case err == nil:
+			case errors.Is(err, ErrInvalidValue):
+				errs = append(errs, err)
+			default:
+				in.display = append(in.display, displayFix{c.spec.Key, nv})
+			}
 		}
 		in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 	}
@@ -493,9 +570,11 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet) error {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
 		}
 	case m.Value() != "0":
+		known++
 		in.present = true
 		errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrInvalidValue))
 	default:
+		known++
 		in.present = true
 		in.vals[asyncPos].v, in.vals[asyncPos].ok = m.Value(), true
 	}
@@ -505,33 +584,23 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet) error {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.SignatureKey, ErrMalformedMember))
 		}
 	default:
+		known++
 		in.present, in.hasSig, in.sig = true, true, m.Value()
+	}
+	if noRaw && b.Len() > known {
+		for _, m := range b.Members() {
+			if k := m.Key(); otelsession.OwnedKey(k) {
+				if _, ok := otelsession.SpecOf(k); !ok {
+					errs = append(errs, fmt.Errorf("%q: %w", k, ErrUnknownSessionKey))
+				}
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // fields is the session schema, read once.
 var fields = otelsession.Fields()
-
-func checkValue(v string) error {
-	switch {
-	case v == otelsession.ClearedValue || v == "":
-		return nil
-	case len(v) > otelsession.MaxValueBytes:
-		return fmt.Errorf("%d bytes, limit %d: %w", len(v), otelsession.MaxValueBytes, ErrInvalidValue)
-	}
-	for i := 0; i < len(v); i++ { // one pass: this runs for every member
-		switch c := v[i]; {
-		case c == '\r' || c == '\n' || c == 0:
-			return fmt.Errorf("control character: %w", ErrInvalidValue)
-		case c == 0xEF && strings.HasPrefix(v[i:], "\uFFFD"):
-			// The OTel parser replaces bytes that are not UTF-8 with U+FFFD;
-			// an identifier holding one was not what its sender meant.
-			return fmt.Errorf("not valid UTF-8: %w", ErrInvalidValue)
-		}
-	}
-	return nil
-}
 
 // holdsSession reports whether ctx holds any state otelsession.Reset would
 // remove. Most inbound requests start from a context with none, and Reset
@@ -550,6 +619,10 @@ func holdsSession(ctx context.Context) bool {
 	}
 	return false
 }
+
+// HasSession reports whether b holds any member of the session: a field,
+// the async-delivery capability or the signature.
+func HasSession(b baggage.Baggage) bool { return hasSession(b) }
 
 func hasSession(b baggage.Baggage) bool {
 	if b.Len() == 0 {

@@ -85,10 +85,8 @@ func sessionSeen(ctx context.Context) map[otelsession.Field]fieldSeen {
 	return m
 }
 
-func isSessionMemberKey(key string) bool {
-	_, ok := otelsession.FieldByKey(key)
-	return ok || key == otelsession.CwdKey || key == otelsession.AsyncDeliveryKey
-}
+// isSessionMemberKey: the session namespace is owned, whatever the spelling.
+func isSessionMemberKey(key string) bool { return otelsession.OwnedKey(key) }
 
 func foreignOf(b baggage.Baggage) map[string]string {
 	m := make(map[string]string)
@@ -337,20 +335,24 @@ func TestInboundHostileInput(t *testing.T) {
 		{"duplicate and local field together", []string{"session.chat_id=a,session.chat_id=b,session.cwd=x"},
 			refused(propagation.ErrDuplicateMember, propagation.Counts{Duplicate: 1, LocalField: 1})},
 
-		// Key confusion. Baggage keys are case-sensitive tokens, so a key in
-		// another case is an ordinary member that no session reader sees.
-		// W3C allows optional whitespace around a key and the OTel parser
-		// trims it, so " session.chat_id =x" IS the session key.
-		{"key in another case is not a session key", []string{"Session.Chat_ID=forged,SESSION.SCOPE_ID=g"},
-			want{}},
+		// Key confusion. The session namespace is owned: a key that, decoded
+		// and case-folded, lands in it but is not a table key in its
+		// canonical spelling is refused, never passed on as "not ours" (an
+		// SDK that decodes or folds keys would turn it into a session key
+		// one hop later). W3C allows optional whitespace around a key and
+		// the OTel parser trims it, so " session.chat_id =x" IS the key.
+		{"key in another case is refused", []string{"Session.Chat_ID=forged,SESSION.SCOPE_ID=g"},
+			refused(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
 		{"whitespace around a key is allowed and trimmed", []string{"app.x=1,  session.chat_id =c1 ,\tsession.platform\t=slack"},
 			accepted(map[otelsession.Field]string{otelsession.FieldChatID: "c1", otelsession.FieldPlatform: "slack"})},
-		{"whitespace inside a key makes it another key, which otel drops", []string{"session. chat_id=forged"},
-			want{}},
-		{"percent-encoded key is not decoded", []string{"session%2Echat_id=forged"},
-			want{}},
-		{"unknown key under the session prefix passes as a foreign member", []string{"session.admin=1,session.chat_id=c"},
-			accepted(map[otelsession.Field]string{otelsession.FieldChatID: "c"})},
+		{"whitespace inside a key is refused, not left for otel to drop", []string{"session. chat_id=forged"},
+			refused(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
+		{"percent-encoded key is refused (the JavaScript SDK decodes it)", []string{"session%2Echat_id=forged"},
+			refused(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
+		{"doubly percent-encoded key is refused", []string{"session%252Echat_id=forged,session.chat_id=c"},
+			refused(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
+		{"unknown key under the session prefix is refused", []string{"session.admin=1,session.chat_id=c"},
+			refused(propagation.ErrUnknownSessionKey, propagation.Counts{UnknownSessionKey: 1})},
 
 		// Controls: what must pass.
 		{"Cleared marker alone is Cleared", []string{"session.chat_id=%00,session.platform=slack"},

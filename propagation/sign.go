@@ -432,34 +432,36 @@ func formatSignature(kid string, ts int64, sum *[macBytes]byte) string {
 	return string(b)
 }
 
-// signedKeys are the members a signature covers, sorted by key: every remote
-// field key and the async-delivery key. Local fields and the working
-// directory never travel (the inbound policy refuses them), and members
-// outside the session are the application's.
+// signedKeys are the members a signature covers, sorted by key: the rows of
+// the wire-key table marked Signed (every remote field and the
+// async-delivery capability). Local fields and the working directory never
+// travel (the inbound policy refuses them), and members outside the session
+// are the application's.
 var signedKeys = func() []string {
 	var keys []string
-	for _, f := range otelsession.Fields() {
-		if f.Scope() == otelsession.Remote {
-			keys = append(keys, f.Key())
+	for _, s := range otelsession.Specs() {
+		if s.Signed {
+			keys = append(keys, s.Key)
 		}
 	}
-	keys = append(keys, otelsession.AsyncDeliveryKey)
 	slices.Sort(keys)
 	if len(keys) > maxSignedKeys {
-		panic("propagation: the field schema grew past maxSignedKeys")
+		panic("propagation: more signed keys in the wire-key table than fields and the async-delivery key")
 	}
 	return keys
 }()
 
-const maxSignedKeys = 32
+// maxSignedKeys bounds the signed rows: only fields and the async-delivery
+// capability can be signed (the signature cannot cover itself).
+const maxSignedKeys = otelsession.NumFields + 1
 
-// signedPos maps a field key's index in fieldKeys (Field order) to its
-// position in signedKeys, -1 for local fields; asyncPos is the
-// async-delivery key's position.
+// signedPos maps a field's index in fieldKeys (Field order) to its position
+// in signedKeys, -1 for local fields; asyncPos is the async-delivery key's
+// position.
 var signedPos, asyncPos = func() ([]int, int) {
 	pos := make([]int, len(fieldKeys))
 	for i, c := range fieldKeys {
-		pos[i] = slices.Index(signedKeys, c.key) // -1 for local fields
+		pos[i] = slices.Index(signedKeys, c.spec.Key) // -1 for local fields
 	}
 	return pos, slices.Index(signedKeys, otelsession.AsyncDeliveryKey)
 }()

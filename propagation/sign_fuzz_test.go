@@ -87,7 +87,7 @@ func FuzzSignature(f *testing.F) {
 		f.Fatal(err)
 	}
 	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember, propagation.ErrDuplicateMember,
-		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
+		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
 		propagation.ErrUnknownKey}
 	want := remoteSession(fuzzSignedSession)
 	// The oracle below is only as good as the seeds: the genuine ones must be

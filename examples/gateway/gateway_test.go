@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -272,8 +273,10 @@ func TestForgedJobsAreRefused(t *testing.T) {
 	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
 	require.NoError(t, err)
 	for i, pub := range []*natssession.Publisher{
-		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage))),
-		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)), natssession.WithSigner(otherKey)),
+		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)),
+			natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))),
+		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)),
+			natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(otherKey)))),
 	} {
 		id := fmt.Sprint("forged-", i)
 		s := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: "victim", MessageID: id}
@@ -293,4 +296,108 @@ func TestForgedJobsAreRefused(t *testing.T) {
 	top.p.mu.Lock()
 	defer top.p.mu.Unlock()
 	assert.Empty(t, top.p.deliveries, "nothing reached the chat a forged job named")
+}
+
+// Replies and completions published straight onto the replies subject by
+// someone without the gateway's key (unsigned, signed with another key, or a
+// genuine signed session moved from its own message) are refused and
+// counted during a real run; none reaches the chat the forger named, and the
+// real load still goes home whole.
+func TestForgedRepliesAreRefused(t *testing.T) {
+	c := testConfig(t, "--messages", "200", "--conversations", "40")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	js, err := jetstream.New(top.nc)
+	require.NoError(t, err)
+
+	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
+	require.NoError(t, err)
+	realKey, err := propagation.NewSigner(c.key)
+	require.NoError(t, err)
+	prop := natssession.WithPropagator(propagatorFor(storeBaggage))
+	unsigned := natssession.NewPublisher(prop, natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+	wrongKey := natssession.NewPublisher(prop, natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(otherKey))))
+	victim := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: "victim-thread", MessageID: "1"}
+
+	// A genuine signature, made for another message id, then moved.
+	var moved nats.Header
+	{
+		msg := &nats.Msg{Subject: repliesSubject + "reply", Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, "the-real-one")
+		ctx, err := realKey.SignFor(otelsession.Bind(context.Background(), victim), "the-real-one")
+		require.NoError(t, err)
+		propagatorFor(storeBaggage).Inject(ctx, natssession.HeaderCarrier(msg.Header))
+		moved = msg.Header
+	}
+
+	var forgedMu sync.Mutex
+	forgedSeen := map[string]bool{} // a refusal whose Term was lost is refused again
+	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
+		var r refusal
+		if json.Unmarshal(m.Data, &r) == nil && r.Forged {
+			forgedMu.Lock()
+			forgedSeen[r.Kind+"."+r.ID] = true
+			forgedMu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, top.nc.Flush())
+
+	const forgeries = 30
+	forge := func(i int) {
+		n := notification{Kind: []string{"reply", "completion"}[i%2], ID: fmt.Sprint("forged-", i),
+			Origin: otelsession.Origin{Platform: victim.Platform, ChatID: victim.ChatID, ThreadID: victim.ThreadID}, Text: "forged"}
+		body, _ := json.Marshal(n)
+		msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprint("forged-", i))
+		ctx := otelsession.Bind(context.Background(), victim)
+		var perr error
+		switch i % 3 {
+		case 0:
+			_, perr = unsigned.PublishJetStream(ctx, js, msg)
+		case 1:
+			_, perr = wrongKey.PublishJetStream(ctx, js, msg)
+		default:
+			for k, v := range moved {
+				if k != jetstream.MsgIDHeader {
+					msg.Header[k] = v
+				}
+			}
+			_, perr = js.PublishMsg(context.Background(), msg)
+		}
+		assert.NoError(t, perr)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range forgeries {
+			forge(i)
+			time.Sleep(20 * time.Millisecond) // spread over the run
+		}
+	}()
+	s, err := top.drive(context.Background(), c.seed, nil)
+	<-done
+	require.NoError(t, err)
+	t.Logf("\n%s", s)
+	assert.Eventually(t, func() bool {
+		forgedMu.Lock()
+		defer forgedMu.Unlock()
+		return len(forgedSeen) == forgeries
+	}, 30*time.Second, 50*time.Millisecond, "every forgery is refused as forged")
+	assert.Positive(t, s.ForgedRefused, "the summary counts forged refusals")
+	assert.LessOrEqual(t, s.ForgedRefused, forgeries)
+	assert.Equal(t, s.ExpectedRefused, s.Refused, "forgeries are not counted as expected refusals")
+
+	assert.Zero(t, s.Misrouted, "no forged reply reached a chat")
+	assert.Zero(t, s.Lost)
+	assert.Zero(t, s.Duplicates)
+	assert.Equal(t, s.Expected, s.Delivered)
+	top.p.mu.Lock()
+	for _, d := range top.p.deliveries {
+		assert.NotEqual(t, victim.ThreadID, d.Origin.ThreadID, "a forged notification was delivered")
+		assert.NotEqual(t, "forged", d.Text)
+	}
+	top.p.mu.Unlock()
 }

@@ -152,6 +152,7 @@ type summary struct {
 	Misrouted          int     `json:"misrouted"`
 	Refused            int     `json:"refused"`
 	ExpectedRefused    int     `json:"expected_refusals"`
+	ForgedRefused      int     `json:"forged_refused"` // notifications whose session did not verify, never delivered
 	Lost               int     `json:"lost"`
 	Duplicates         int     `json:"duplicates"`
 	ToolMismatch       int     `json:"tool_saw_another_session"`
@@ -176,6 +177,7 @@ deliveries expected  %d   (a reply each, and a completion for background work)
 delivered            %d
 misrouted            %d
 refused              %d   (expected %d: replies and completions of scoped messages sent without their scope)
+forged refused       %d   (notifications without a session signed by the gateway's key: never delivered)
 lost                 %d
 duplicates           %d
 tool saw another     %d   (child processes that read another conversation's session)
@@ -184,7 +186,7 @@ throughput           %.0f messages/s   (%.1f s)
 reply latency        p50 %.1f ms   p99 %.1f ms
 completion latency   p50 %.1f ms   p99 %.1f ms
 peak RSS             %.0f MiB (this process)
-`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.Lost,
+`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.ForgedRefused, s.Lost,
 		s.Duplicates, s.ToolMismatch, s.DownstreamMismatch, s.Throughput, s.Seconds, s.ReplyP50ms, s.ReplyP99ms,
 		s.CompletionP50ms, s.CompletionP99ms, s.PeakRSSMiB)
 }
@@ -224,11 +226,16 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	}
 	var refusedMu sync.Mutex
 	refused := map[string]bool{}
+	forged := map[string]bool{}
 	sub, err := nc.Subscribe(refusedSubject, func(m *nats.Msg) {
 		var r refusal
 		if json.Unmarshal(m.Data, &r) == nil {
 			refusedMu.Lock()
-			refused[r.Kind+"."+r.ID] = true
+			if r.Forged {
+				forged[r.Kind+"."+r.ID] = true // the forger's words: never an expected refusal
+			} else {
+				refused[r.Kind+"."+r.ID] = true
+			}
 			refusedMu.Unlock()
 		}
 	})
@@ -359,7 +366,7 @@ wait:
 		}
 	}
 	refusedMu.Lock()
-	sum.Refused = len(refused)
+	sum.Refused, sum.ForgedRefused = len(refused), len(forged)
 	refusedMu.Unlock()
 	for i := range msgs {
 		r, c := msgs[i].expected()

@@ -207,6 +207,22 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
+// hop returns what every hop of the gateway signs with and verifies with:
+// every message between the roles carries a session signed for its message
+// id, and the session goes to the gateway's own subjects only.
+func hop(key sessionprop.Key) (*sessionprop.Outbound, *sessionprop.Verifier, error) {
+	signer, err := sessionprop.NewSigner(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing key: %w", err)
+	}
+	verifier, err := sessionprop.NewVerifier([]sessionprop.Key{key})
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing key: %w", err)
+	}
+	out := sessionprop.NewOutbound(sessionprop.AllowNames(sessionprop.TransportNATS, "gw.>"), sessionprop.WithSigner(signer))
+	return out, verifier, nil
+}
+
 // startRole starts one of gateway, worker or router in this process, on an
 // open connection; it returns when the role is ready (its run continues until
 // ctx ends) and the URL it serves, if any.
@@ -215,28 +231,31 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 	case "gateway":
 		// The gateway signs every session it binds, for the job's message id:
 		// workers trust no publisher, only the signature.
-		signer, err := sessionprop.NewSigner(c.key)
+		out, _, err := hop(c.key)
 		if err != nil {
-			return "", fmt.Errorf("gateway: signing key: %w", err)
+			return "", fmt.Errorf("gateway: %w", err)
 		}
 		pub := natssession.NewPublisher(natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(c.store)),
-			natssession.WithSigner(signer))
+			natssession.WithOutbound(out))
 		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js))
 	case "worker":
-		verifier, err := sessionprop.NewVerifier([]sessionprop.Key{c.key})
+		out, verifier, err := hop(c.key)
 		if err != nil {
-			return "", fmt.Errorf("worker: signing key: %w", err)
+			return "", fmt.Errorf("worker: %w", err)
 		}
 		w, err := newWorker(workerConfig{store: c.store, concurrency: c.concurrency, downstreamURL: c.downstreamURL,
-			think: c.think, ackWait: c.ackWait, verifier: verifier}, js, tp)
+			think: c.think, ackWait: c.ackWait, verifier: verifier, out: out}, js, tp)
 		if err != nil {
 			return "", err
 		}
 		go func() { done <- w.run(ctx) }()
 		return "", nil
 	case "router":
-		rt := &router{js: js, nc: nc, platformURL: c.platformURL, tracer: tp.Tracer("gateway/router"),
-			client: &http.Client{Timeout: 10 * time.Second}}
+		_, verifier, err := hop(c.key)
+		if err != nil {
+			return "", fmt.Errorf("router: %w", err)
+		}
+		rt := newRouter(c.store, verifier, js, nc, c.platformURL, tp)
 		go func() { done <- rt.run(ctx, c.ackWait, 4*c.concurrency) }()
 		return "", nil
 	}

@@ -13,9 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
 // scoped platforms cannot deliver a reply without its scope: a guild or a
@@ -23,6 +26,8 @@ import (
 var scoped = map[string]bool{"discord": true, "slack": true}
 
 type router struct {
+	store       string
+	cons        *natssession.Consumer // verifies the signed session of every notification
 	ackWait     time.Duration
 	js          jetstream.JetStream
 	nc          *nats.Conn
@@ -31,6 +36,18 @@ type router struct {
 	tracer      trace.Tracer
 	client      *http.Client
 	inFlight    sync.Map // keys being delivered by this process
+}
+
+func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStream, nc *nats.Conn, platformURL string, tp *sdktrace.TracerProvider) *router {
+	return &router{
+		store: store,
+		// No publisher is trusted as such: anyone who can publish to the
+		// replies subject could otherwise send a reply to any thread.
+		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
+			natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(store))),
+		js: js, nc: nc, platformURL: platformURL, tracer: tp.Tracer("gateway/router"),
+		client: &http.Client{Timeout: 10 * time.Second},
+	}
 }
 
 // run delivers replies and completions until ctx ends.
@@ -64,16 +81,16 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	// The delivering span binds the origin, so it belongs to the conversation;
-	// a completion links back to the turn that promised it.
-	ctx := n.Origin.Bind(otelsession.Reset(context.Background()))
+	ctx, ok := rt.route(msg, &n)
+	if !ok {
+		_ = msg.Term() // never delivered, never redelivered
+		return
+	}
+	// The delivering span belongs to the conversation; a completion links
+	// back to the turn that promised it.
 	opts := []trace.SpanStartOption{}
-	if sc, ok := n.Origin.SpanContext(); ok {
-		if n.Kind == "completion" {
-			opts = append(opts, trace.WithLinks(n.Origin.Link()))
-		} else {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		}
+	if n.Kind == "completion" {
+		opts = append(opts, trace.WithLinks(n.Origin.Link()))
 	}
 	ctx, span := rt.tracer.Start(ctx, "deliver "+n.Kind, opts...)
 	defer span.End()
@@ -114,6 +131,36 @@ func (rt *router) handle(msg jetstream.Msg) {
 	_ = msg.Ack()
 }
 
+// route decides where n goes, and the context its delivery runs in. With
+// sessions (the baggage store), the route is the signed session of the
+// message and nothing else: the origin in the body is anybody's to write, so
+// a notification without a session that verifies is refused as forged and
+// its body's origin replaced. Without sessions (--propagation off, the env
+// store), the body is all there is.
+func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bool) {
+	if rt.store != storeBaggage {
+		ctx := n.Origin.Bind(otelsession.Reset(context.Background()))
+		if sc, ok := n.Origin.SpanContext(); ok && n.Kind != "completion" {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+		return ctx, true
+	}
+	ctx, span, err := rt.cons.ExtractJetStream(context.Background(), msg)
+	span.End()
+	if err != nil || !hasRoute(ctx) {
+		reason := "forged: no signed session"
+		if err != nil {
+			reason = "forged: " + err.Error()
+		}
+		rt.refuseForged(*n, reason)
+		return nil, false
+	}
+	verified := otelsession.OriginFrom(ctx)
+	verified.TraceParent, verified.TraceState = n.Origin.TraceParent, n.Origin.TraceState
+	n.Origin = verified
+	return ctx, true
+}
+
 func (rt *router) deliver(ctx context.Context, n notification) error {
 	b, err := json.Marshal(n)
 	if err != nil {
@@ -135,7 +182,18 @@ func (rt *router) deliver(ctx context.Context, n notification) error {
 }
 
 func (rt *router) refuse(n notification, reason string) {
-	b, _ := json.Marshal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason})
+	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason})
+}
+
+// refuseForged reports a notification whose session did not verify. It is
+// counted apart from the expected refusals: its kind and id are whatever the
+// forger wrote.
+func (rt *router) refuseForged(n notification, reason string) {
+	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason, Forged: true})
+}
+
+func (rt *router) publishRefusal(r refusal) {
+	b, _ := json.Marshal(r)
 	if err := rt.nc.Publish(refusedSubject, b); err != nil {
 		fmt.Fprintln(os.Stderr, "router: report a refusal:", errors.Join(err))
 	}

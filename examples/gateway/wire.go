@@ -66,6 +66,7 @@ type refusal struct {
 	Kind   string `json:"kind"`
 	ID     string `json:"id"`
 	Reason string `json:"reason"`
+	Forged bool   `json:"forged,omitempty"` // its session did not verify; kind and id are the sender's word
 }
 
 // ensureJetStream creates the streams and the bucket, or checks they exist.

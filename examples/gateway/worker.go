@@ -39,7 +39,8 @@ type workerConfig struct {
 	downstreamURL string        // the downstream HTTP service each job calls
 	think         time.Duration // longest simulated agent work per job
 	ackWait       time.Duration
-	verifier      *propagation.Verifier // checks the gateway's signature on each job's session
+	verifier      *propagation.Verifier // checks the signature on each job's session
+	out           *propagation.Outbound // signs what the worker publishes (see hop)
 }
 
 type worker struct {
@@ -61,14 +62,16 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	prop := natssession.WithPropagator(propagatorFor(cfg.store))
 	return &worker{
 		cfg: cfg, js: js,
-		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop),
+		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
 		// No publisher is trusted as such: a job's session is accepted only
 		// with the gateway's signature for that job's message id.
 		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(cfg.verifier)),
 			natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
-			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Egress: propagation.Egress{Hosts: []string{down.Host}}},
+			// The downstream service, and only it, receives the session, signed.
+			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Outbound: propagation.NewOutbound(
+				propagation.AllowURLs(propagation.Egress{Hosts: []string{down.Host}}), propagation.WithSigner(cfg.out.Signer()))},
 			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagatorFor(cfg.store)))},
 		exec: execsession.Config{Propagator: propagatorFor(cfg.store)},
 	}, nil
@@ -160,8 +163,10 @@ func (w *worker) work(ctx context.Context, j job) error {
 	n.Origin = w.origin(ctx, j)
 	if j.Background {
 		if w.asyncSupported(ctx, j) {
+			// The stored origin goes with the work; in baggage mode the session
+			// goes beside it, signed, and is what the completion is routed by.
 			b, _ := json.Marshal(backgroundJob{ID: j.ID, Origin: n.Origin})
-			msg := &nats.Msg{Subject: bgSubject + j.Route.Platform, Data: b, Header: nats.Header{}}
+			msg := &nats.Msg{Subject: bgSubject + n.Origin.Platform, Data: b, Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, "bg-"+j.ID)
 			if _, err := w.pub.PublishJetStream(ctx, w.js, msg); err != nil {
 				return fmt.Errorf("queue background work: %w", err)
@@ -270,19 +275,44 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	ctx := b.Origin.Bind(otelsession.Reset(context.Background()))
+	var ctx context.Context
+	if w.cfg.store == storeBaggage {
+		// The session that came with the work, verified like a job's: the
+		// stored origin in the body is for the span link only.
+		var span trace.Span
+		var err error
+		ctx, span, err = w.cons.ExtractJetStream(context.Background(), msg)
+		span.End()
+		if err != nil || !hasRoute(ctx) {
+			fmt.Fprintln(os.Stderr, "worker: dropping background work", b.ID+" without a verified session:", err)
+			_ = msg.Term()
+			return
+		}
+	} else {
+		ctx = b.Origin.Bind(otelsession.Reset(context.Background()))
+	}
 	ctx, span := w.tracer.Start(ctx, "background work", trace.WithNewRoot(), trace.WithLinks(b.Origin.Link()))
 	defer span.End()
 	if w.cfg.think > 0 {
 		time.Sleep(2 * rand.N(w.cfg.think)) // longer than a turn
 	}
 	n := notification{Kind: "completion", ID: b.ID, Origin: b.Origin, Text: "background result for " + b.ID}
+	if w.cfg.store == storeBaggage {
+		n.Origin = otelsession.OriginFrom(ctx) // what the signed session says
+		n.Origin.TraceParent, n.Origin.TraceState = b.Origin.TraceParent, b.Origin.TraceState
+	}
 	if err := w.notify(ctx, n); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: background", b.ID+":", err)
 		_ = msg.NakWithDelay(200 * time.Millisecond)
 		return
 	}
 	_ = msg.Ack()
+}
+
+// hasRoute reports whether ctx holds a session with somewhere to deliver to.
+func hasRoute(ctx context.Context) bool {
+	_, st := otelsession.Lookup(ctx, otelsession.FieldPlatform)
+	return st == otelsession.Set
 }
 
 // runTool is the child process: one call restores the session; it reports

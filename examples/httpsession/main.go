@@ -75,7 +75,7 @@ func run() error {
 	// The gateway's side: one client for every destination; only notify is
 	// allowed to receive the session.
 	client := &http.Client{Transport: &httpsession.Transport{
-		Egress: propagation.Egress{Hosts: []string{notify.host}},
+		Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{notify.host}})),
 	}}
 	defer client.CloseIdleConnections()
 

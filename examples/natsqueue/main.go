@@ -131,7 +131,9 @@ func run(conversations, messages, workers int, timeout time.Duration) int {
 		}()
 	}
 
-	pub := natssession.NewPublisher()
+	// The session may go to this program's own subjects, and nowhere else.
+	pub := natssession.NewPublisher(natssession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowNames(propagation.TransportNATS, "chat.>"))))
 	var wg sync.WaitGroup
 	errs := make(chan error, total)
 	for c := range conversations {

@@ -138,7 +138,8 @@ func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ 
 		return nil, err
 	}
 	// The ingress: binds each message's session and queues it.
-	pub := natssession.NewPublisher(natssession.WithTracerProvider(tp["gateway"]))
+	pub := natssession.NewPublisher(natssession.WithTracerProvider(tp["gateway"]),
+		natssession.WithOutbound(propagation.NewOutbound(propagation.AllowNames(propagation.TransportNATS, "jobs.>"))))
 	f.ingressURL, err = f.serve(f.ingress(tp["gateway"].Tracer("tracedflow/gateway"), pub, js))
 	if err != nil {
 		return nil, err
@@ -208,7 +209,7 @@ func (f *flow) worker(tp *sdktrace.TracerProvider) func(context.Context, jetstre
 	downstream, _ := url.Parse(f.downstreamURL)
 	router, _ := url.Parse(f.routerURL)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
-		&httpsession.Transport{Egress: propagation.Egress{Hosts: []string{downstream.Host, router.Host}}},
+		&httpsession.Transport{Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{downstream.Host, router.Host}}))},
 		otelhttp.WithTracerProvider(tp))}
 	return func(ctx context.Context, msg jetstream.Msg) error {
 		var m chatMessage

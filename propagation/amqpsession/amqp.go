@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,8 +16,6 @@ import (
 
 // ErrNilMessage: a nil *amqp091.Publishing or *amqp091.Delivery was given.
 var ErrNilMessage = errors.New("nil AMQP message")
-
-const baggageKey = "baggage"
 
 // exchangeName is how spans and policies name an exchange.
 func exchangeName(exchange string) string {
@@ -76,8 +73,9 @@ func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, 
 		msg.Headers = amqp.Table{}
 	}
 	name := exchangeName(exchange)
-	return messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+name, name, attrs, TableCarrier(msg.Headers),
-		func() error { return stripSession(msg.Headers) })
+	dest := propagation.Dest{Transport: Transport, Name: name, MessageID: binding(name, routingKey, msg.MessageId)}
+	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+name, dest, attrs, TableCarrier(msg.Headers))
+	return ctx, span
 }
 
 // Consumer reads trace context and the session from deliveries through an
@@ -132,28 +130,16 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 	if d.MessageId != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
 	}
+	peer := propagation.Peer{Transport: Transport, Name: name, MessageID: binding(name, d.RoutingKey, d.MessageId)}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, TableCarrier(d.Headers),
-		propagation.Peer{Transport: Transport, Name: name}, fmt.Sprintf("delivery from AMQP exchange %q", name))
+		peer, fmt.Sprintf("delivery from AMQP exchange %q", name))
 }
 
-// stripSession removes session members from every baggage entry of t,
-// whatever its spelling, with the propagation package's rule for HTTP
-// headers. Entries whose value is not text cannot carry baggage the
-// propagator would read, and are removed too rather than forwarded unread.
-func stripSession(t amqp.Table) error {
-	var lines []string
-	for k, v := range t {
-		if strings.EqualFold(k, baggageKey) {
-			lines = append(lines, texts(v)...)
-			delete(t, k)
-		}
+// binding is what a signature on a message is bound to: its exchange, its
+// routing key and its message id, or nothing when it has no id.
+func binding(exchange, routingKey, id string) string {
+	if id == "" {
+		return ""
 	}
-	if len(lines) == 0 {
-		return nil
-	}
-	kept, err := messaging.StripLines(lines)
-	if len(kept) > 0 {
-		t[baggageKey] = strings.Join(kept, ",")
-	}
-	return err
+	return "amqp\x00" + exchange + "\x00" + routingKey + "\x00" + id
 }

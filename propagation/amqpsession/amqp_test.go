@@ -89,7 +89,7 @@ func deliver(msg amqp.Publishing, exchange, key string, asBytes bool) *amqp.Deli
 // Cleared fields Cleared, whether the table holds strings or byte arrays.
 func TestRoundTripConcurrentSessions(t *testing.T) {
 	t.Parallel()
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c))
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithOutbound(toQueue))
 	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c))
 	var wg sync.WaitGroup
 	for i := range 200 {
@@ -113,7 +113,7 @@ func TestRoundTripConcurrentSessions(t *testing.T) {
 
 func TestClearedSessionStaysCleared(t *testing.T) {
 	t.Parallel()
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c))
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithOutbound(toQueue))
 	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c))
 	var msg amqp.Publishing
 	pub.Inject(otelsession.Clear(otelsession.Bind(context.Background(), sessionFor(1))), &msg, "", "jobs")
@@ -171,7 +171,7 @@ func TestHostileAndMissingTables(t *testing.T) {
 func TestUntrustedExchangeStripsTheSession(t *testing.T) {
 	t.Parallel()
 	tp, _ := newTracing(t)
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tp))
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tp), amqpsession.WithOutbound(toQueue))
 	trusted := func(_ context.Context, p propagation.Peer) bool {
 		return p.Transport == "amqp" && p.Name == amqpsession.DefaultExchange
 	}
@@ -212,7 +212,9 @@ func TestUntrustedExchangeStripsTheSession(t *testing.T) {
 func TestSessionEgressPerExchange(t *testing.T) {
 	t.Parallel()
 	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c))
-	internal := amqpsession.WithSessionEgress(func(ex string) bool { return ex != "partner" })
+	internal := amqpsession.WithOutbound(propagation.NewOutbound(func(_ context.Context, d propagation.Dest) bool {
+		return d.Transport == propagation.TransportAMQP && d.Name != "partner"
+	}))
 	for _, tc := range []struct {
 		name        string
 		opt         amqpsession.Option
@@ -220,11 +222,12 @@ func TestSessionEgressPerExchange(t *testing.T) {
 		bare        bool // ctx has no baggage; the message already carries a session
 		wantSession bool
 	}{
-		{"default allows", nil, "partner", false, true},
+		{"default withholds, as on every transport", nil, "chat", false, false},
 		{"allowed exchange", internal, "chat", false, true},
 		{"refused exchange", internal, "partner", false, false},
 		{"refused exchange, session already in the table", internal, "partner", true, false},
-		{"nil rule refuses all", amqpsession.WithSessionEgress(nil), "chat", false, false},
+		{"allowed exchange, a session already in the table is not forwarded", internal, "chat", true, false},
+		{"refusing policy", amqpsession.WithOutbound(propagation.NewOutbound(propagation.AllowNone)), "chat", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), tc.opt)
@@ -258,7 +261,7 @@ func TestSessionEgressPerExchange(t *testing.T) {
 func TestSpans(t *testing.T) {
 	t.Parallel()
 	tp, exp := newTracing(t)
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tp))
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tp), amqpsession.WithOutbound(toQueue))
 	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tp))
 	msg := amqp.Publishing{MessageId: "m-1"}
 	_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), &msg, "", "jobs")

@@ -101,6 +101,10 @@ func (c TableCarrier) Set(key, value string) {
 	c[key] = value
 }
 
+// Delete removes key, exactly as spelled (for propagation.Outbound, which
+// removes every spelling of a pre-written baggage entry).
+func (c TableCarrier) Delete(key string) { delete(c, key) }
+
 // Keys returns the table's keys.
 func (c TableCarrier) Keys() []string {
 	keys := make([]string, 0, len(c))

@@ -16,7 +16,9 @@ import (
 // consumer reads it back from the delivery through its trust policy.
 func Example() {
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(prop))
+	// The session may go through the default exchange, and nowhere else.
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(prop), amqpsession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowNames(propagation.TransportAMQP, amqpsession.DefaultExchange))))
 	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(prop))
 
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "discord", ChatID: "1093", ThreadID: "1094"})

@@ -4,6 +4,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
@@ -11,7 +12,7 @@ import (
 const ScopeName = "github.com/sessionwire/sessionwire/propagation/amqpsession"
 
 // Transport is the [propagation.Peer] transport name of an AMQP message.
-const Transport = "amqp"
+const Transport = propagation.TransportAMQP
 
 // DefaultExchange names the default (nameless) exchange in span names and in
 // the [propagation.Peer] a policy sees, as RabbitMQ's own tools do.
@@ -50,18 +51,19 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 	return func(c *config) { c.Prop = p }
 }
 
-// WithSessionEgress decides, per exchange ([DefaultExchange] for the default
-// one), whether a [Publisher] may put the session into a message. Refused
-// exchanges still get trace context and the baggage members that are not
-// session fields, and lose any session already in the message's headers.
-// The default allows every exchange (a broker is normally inside the
-// publisher's trust domain); a nil allow refuses all. A [Consumer] ignores
-// it.
-func WithSessionEgress(allow func(exchange string) bool) Option {
-	return func(c *config) {
-		if allow == nil {
-			allow = messaging.RefuseAll
-		}
-		c.Egress = allow
-	}
+// WithOutbound sets the outbound policy a [Publisher] sends every message
+// through: which exchanges ([DefaultExchange] for the default one) may
+// receive the session, and the signer. The default, nil, is propagation's
+// default for every transport, under which no session reaches an exchange:
+// name the exchanges inside your trust domain
+// (propagation.AllowNames(propagation.TransportAMQP, "chat")). A refused
+// exchange still gets trace context and the baggage members that are not the
+// session's, and any session member already in the message's headers is
+// removed, whatever the spelling of the header.
+//
+// With a signer, a message that has a MessageId gets a signature bound to
+// that id, its exchange and its routing key: moved onto another message or
+// routed elsewhere, it no longer verifies. A [Consumer] ignores this option.
+func WithOutbound(o *propagation.Outbound) Option {
+	return func(c *config) { c.Out = o }
 }

@@ -25,8 +25,9 @@ const (
 	// DelegatedChildVar is "1" in the environment of a child started from a
 	// delegated child's context, and absent otherwise.
 	DelegatedChildVar = "SESSIONWIRE_DELEGATED_CHILD"
-	// CwdVar holds the session's logical working directory (otelsession.Cwd).
-	CwdVar = "SESSIONWIRE_CWD"
+	// CwdVar holds the session's logical working directory (otelsession.Cwd):
+	// the working directory's row of the wire-key table.
+	CwdVar = otelsession.CwdEnv
 )
 
 // carrierVars are the OTel environment carriers of the W3C propagators
@@ -54,6 +55,15 @@ type Config struct {
 	// started this process, so it is in the same trust domain), shared by
 	// every zero Config. Values are validated either way.
 	Inbound *propagation.Inbound
+	// Outbound is the policy the parent sends the session through; it sees
+	// propagation.Dest{Transport: "env"}. nil is propagation's default for
+	// every transport, which lets the session into child processes (same
+	// host, same user, same trust domain) and nowhere else. A policy that
+	// refuses the child leaves it without the session: no BAGGAGE session
+	// member and none of the bound HERMES_* variables. With a signer, the
+	// child receives a signed session that its own outbound hops can forward
+	// for verification further on.
+	Outbound *propagation.Outbound
 }
 
 // defaultInbound is the policy of the zero Config.
@@ -99,7 +109,14 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 	prop := c.propagator()
 	inj := new(injection)
 	inj.carrier.SetEnvFunc = inj.set
-	prop.Inject(ctx, &inj.carrier)
+	dest := propagation.Dest{Transport: propagation.TransportEnv}
+	if !c.Outbound.Allows(ctx, dest) {
+		// Nothing of the session, in BAGGAGE or in HERMES_* variables.
+		ctx = otelsession.Clear(propagation.WithoutSession(ctx))
+	}
+	if err := c.Outbound.Inject(ctx, prop, injCarrier{inj}, dest); err != nil {
+		otel.Handle(fmt.Errorf("execsession: child environment: %w", err))
+	}
 	carriers := inj.pairs()
 	replaced := propagatorVars(prop)
 
@@ -255,6 +272,33 @@ func (in *injection) set(name, value string) {
 	in.kv = append(in.kv, [2]string{name, value})
 }
 
+// injCarrier is the carrier Environ injects through: the envcar carrier's
+// names (normalised as the OTel env-carrier rule says), over what was
+// injected so far only. The process's own environment is not a carrier the
+// child receives (its BAGGAGE belongs to whatever started this process), so
+// it must not look pre-written to the outbound policy.
+type injCarrier struct{ in *injection }
+
+func (c injCarrier) Set(key, value string) { c.in.carrier.Set(key, value) }
+
+func (c injCarrier) Get(key string) string {
+	n := envName(key)
+	for _, kv := range c.in.kv {
+		if kv[0] == n {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+func (c injCarrier) Keys() []string {
+	keys := make([]string, 0, len(c.in.kv))
+	for _, kv := range c.in.kv {
+		keys = append(keys, kv[0])
+	}
+	return keys
+}
+
 // pairs returns what was injected, sorted by name.
 func (in *injection) pairs() [][2]string {
 	slices.SortFunc(in.kv, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
@@ -367,29 +411,23 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 		value string
 	}
 	var locals []binding
-	check := otelsession.Session{}
-	for _, f := range otelsession.Fields() {
-		if f.Scope() != otelsession.Local {
+	for _, spec := range otelsession.Specs() {
+		if spec.Class != otelsession.ClassLocal || spec.Field == 0 {
 			continue
 		}
-		if v, ok := lookup(f.Name()); ok {
-			locals = append(locals, binding{f, v})
-			switch f {
-			case otelsession.FieldUISessionID:
-				check.UISessionID = v
-			case otelsession.FieldBrowserControlPrincipal:
-				check.BrowserControlPrincipal = v
-			case otelsession.FieldBrowserControlTransportFamily:
-				check.BrowserControlTransportFamily = v
-			default:
-				// A local field this package does not know yet: With
-				// still validates it, reporting to otel.Handle.
+		if v, ok := lookup(spec.Env); ok {
+			if _, err := otelsession.ValidateValue(spec, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w: %w", spec.Env, ErrInvalidVariable, err))
+				continue
 			}
+			locals = append(locals, binding{spec.Field, v})
 		}
 	}
-	check.Cwd, _ = lookup(CwdVar)
-	if err := check.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidVariable, err))
+	cwd, _ := lookup(CwdVar)
+	if cwdSpec, _ := otelsession.SpecOf(otelsession.CwdKey); cwd != "" {
+		if _, err := otelsession.ValidateValue(cwdSpec, cwd); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %w", CwdVar, ErrInvalidVariable, err))
+		}
 	}
 
 	inbound := c.Inbound
@@ -406,8 +444,8 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 	for _, l := range locals {
 		ctx = otelsession.With(ctx, l.f, l.value)
 	}
-	if check.Cwd != "" {
-		ctx = otelsession.WithCwd(ctx, check.Cwd)
+	if cwd != "" {
+		ctx = otelsession.WithCwd(ctx, cwd)
 	}
 	return ctx, nil
 }

@@ -74,7 +74,7 @@ func signedChildEnv(tb testing.TB) []string {
 
 // reasons are the errors fromEnvironment may wrap.
 var reasons = []error{ErrInvalidVariable, propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember,
-	propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField,
+	propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey,
 	propagation.ErrBadSignature, propagation.ErrSignatureExpired, propagation.ErrUnknownKey}
 
 // FuzzFromEnvironment feeds a child's environment (the input split at "\n",

@@ -87,7 +87,7 @@ func BenchmarkOutbound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	t := &Transport{Propagator: prop, Egress: propagation.Egress{Hosts: []string{".internal"}}}
+	t := &Transport{Propagator: prop, Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{".internal"}}))}
 	var sink *http.Request
 
 	b.Run("otel/Inject", func(b *testing.B) {

@@ -70,7 +70,7 @@ func ExampleTransport() {
 
 	u, _ := url.Parse(internal.URL)
 	client := &http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{
-		Egress: propagation.Egress{Hosts: []string{u.Host}},
+		Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{u.Host}})),
 	})}
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "C024BE91L"})
 	for _, target := range []string{internal.URL, thirdParty.URL} {

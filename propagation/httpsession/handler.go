@@ -10,7 +10,6 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 )
 
@@ -95,9 +94,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = trace.ContextWithSpan(ctx, span)
 	}
 	r = r.WithContext(ctx)
-	if !hasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header) {
+	if !propagation.HasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header) {
 		r.Header = r.Header.Clone()
-		r.Header.Del("Baggage")
+		for k := range r.Header {
+			if strings.EqualFold(k, "baggage") {
+				delete(r.Header, k)
+			}
+		}
 		otelprop.Baggage{}.Inject(ctx, otelprop.HeaderCarrier(r.Header))
 	}
 	if err != nil && h.onError != nil {
@@ -106,35 +109,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
-// sessionKeys are the keys of the session's baggage members.
-var sessionKeys = func() []string {
-	var keys []string
-	for _, f := range otelsession.Fields() {
-		if f.Scope() == otelsession.Remote {
-			keys = append(keys, f.Key())
+// mentionsSession is a cheap over-approximation: it may say yes for a header
+// with no session member, never no for one that has one, in any spelling
+// (case-folded, percent-encoded).
+func mentionsSession(h http.Header) bool {
+	for k, vs := range h {
+		if !strings.EqualFold(k, "baggage") {
+			continue
 		}
-	}
-	return append(keys, otelsession.AsyncDeliveryKey)
-}()
-
-func hasSession(b baggage.Baggage) bool {
-	if b.Len() == 0 {
-		return false
-	}
-	for _, k := range sessionKeys {
-		if b.Member(k).Key() != "" {
-			return true
+		for _, v := range vs {
+			if strings.IndexByte(v, '%') >= 0 || containsFold(v, "session") {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// mentionsSession is a cheap over-approximation: it may say yes for a header
-// with no session member, never no for one that has one (keys are
-// case-sensitive tokens, never percent-decoded).
-func mentionsSession(h http.Header) bool {
-	for _, v := range h.Values("Baggage") {
-		if strings.Contains(v, otelsession.KeyPrefix) {
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
 			return true
 		}
 	}

@@ -69,7 +69,7 @@ func (r received) hasSessionMember() bool {
 	for _, l := range r.baggage {
 		b, _ := baggage.Parse(l)
 		for _, m := range b.Members() {
-			if strings.HasPrefix(m.Key(), otelsession.KeyPrefix) {
+			if otelsession.OwnedKey(m.Key()) {
 				return true
 			}
 		}

@@ -91,9 +91,9 @@ func testCompose(t *testing.T, serverOrder, clientOrder string, trusted, foreign
 	var rt http.RoundTripper
 	switch clientOrder {
 	case "otelhttp(Transport)":
-		rt = otelhttp.NewTransport(&httpsession.Transport{Base: base, Propagator: w3c, Egress: egress}, otelOpts...)
+		rt = otelhttp.NewTransport(&httpsession.Transport{Base: base, Propagator: w3c, Outbound: propagation.NewOutbound(propagation.AllowURLs(egress))}, otelOpts...)
 	case "Transport{Base: otelhttp}":
-		rt = &httpsession.Transport{Base: otelhttp.NewTransport(base, otelOpts...), Propagator: w3c, Egress: egress}
+		rt = &httpsession.Transport{Base: otelhttp.NewTransport(base, otelOpts...), Propagator: w3c, Outbound: propagation.NewOutbound(propagation.AllowURLs(egress))}
 	default:
 		t.Fatalf("unknown client order %q", clientOrder)
 	}

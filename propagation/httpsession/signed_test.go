@@ -50,9 +50,9 @@ func TestSignedSessionAndEgress(t *testing.T) {
 				otelOpts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(w3c)}
 				var rt http.RoundTripper
 				if clientOrder == "otelhttp(Transport)" {
-					rt = otelhttp.NewTransport(&httpsession.Transport{Base: base, Propagator: w3c, Egress: egress}, otelOpts...)
+					rt = otelhttp.NewTransport(&httpsession.Transport{Base: base, Propagator: w3c, Outbound: propagation.NewOutbound(propagation.AllowURLs(egress))}, otelOpts...)
 				} else {
-					rt = &httpsession.Transport{Base: otelhttp.NewTransport(base, otelOpts...), Propagator: w3c, Egress: egress}
+					rt = &httpsession.Transport{Base: otelhttp.NewTransport(base, otelOpts...), Propagator: w3c, Outbound: propagation.NewOutbound(propagation.AllowURLs(egress))}
 				}
 				client := &http.Client{Transport: rt}
 

@@ -11,26 +11,33 @@ import (
 )
 
 // Transport is an http.RoundTripper that propagates the request context's
-// trace context and baggage, and the session only to destinations Egress
-// allows. Its zero value sends no session anywhere through
-// http.DefaultTransport. It is safe for concurrent use once configured.
+// trace context and baggage through an outbound policy: the session only to
+// destinations the policy allows, signed when it signs. Its zero value sends
+// no session anywhere (propagation's default) through http.DefaultTransport.
+// It is safe for concurrent use once configured.
 type Transport struct {
 	// Base sends the request; nil is http.DefaultTransport.
 	Base http.RoundTripper
 	// Propagator injects trace context and baggage; nil is
 	// otel.GetTextMapPropagator() at request time.
 	Propagator otelprop.TextMapPropagator
-	// Egress names the destinations that may receive the session. It is
-	// checked for every request, redirects included, so a redirect to a host
-	// outside the list does not carry the session there.
-	Egress propagation.Egress
+	// Outbound decides, for every request (redirects included, so a
+	// redirect to a host it refuses does not carry the session there),
+	// whether the session may go, and signs it. The policy sees
+	// propagation.Dest{Transport: "http", Name: the URL's host, URL: the
+	// URL}. nil is propagation's default: no session leaves. Typically
+	//
+	//	propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{".internal"}}))
+	Outbound *propagation.Outbound
 }
 
-// RoundTrip sends a copy of req; req itself is never modified. For a
-// destination Egress allows, the copy carries the context's trace context and
-// baggage. For any other, the copy's context has no session (so a transport in
-// Base that injects again finds none) and its baggage header keeps only
-// members that are not session fields, whoever wrote them.
+// RoundTrip sends a copy of req; req itself is never modified. The copy
+// carries the context's trace context and baggage, with the session only
+// when the policy allows the destination. Session members already in the
+// request's baggage headers, under any spelling of the name, are removed
+// first, whoever wrote them; for a refused destination the copy's context
+// has no session either, so a transport in Base that injects again finds
+// none.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base
 	if base == nil {
@@ -41,25 +48,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // prepare returns the copy of req that RoundTrip sends.
 func (t *Transport) prepare(req *http.Request) *http.Request {
-	prop := t.Propagator
-	if prop == nil {
-		prop = otel.GetTextMapPropagator()
-	}
 	ctx := req.Context()
-	allowed := t.Egress.Allows(req.URL)
-	if !allowed {
-		ctx = propagation.WithoutSession(ctx)
+	dest := propagation.Dest{Transport: propagation.TransportHTTP, URL: req.URL}
+	if req.URL != nil {
+		dest.Name = req.URL.Host
 	}
-	out := req.Clone(ctx)
+	sendCtx := ctx
+	if !t.Outbound.Allows(ctx, dest) {
+		sendCtx = propagation.WithoutSession(ctx)
+	}
+	out := req.Clone(sendCtx)
 	if out.Header == nil {
 		out.Header = make(http.Header)
 	}
-	prop.Inject(ctx, otelprop.HeaderCarrier(out.Header))
-	if !allowed {
-		if err := propagation.StripSessionHeader(out.Header); err != nil {
-			// The unreadable header line was dropped; the request still goes.
-			otel.Handle(fmt.Errorf("httpsession: outgoing request: %w", err))
-		}
+	if err := t.Outbound.Inject(ctx, t.Propagator, otelprop.HeaderCarrier(out.Header), dest); err != nil {
+		// The request still goes, without the session or unsigned, as the
+		// error says.
+		otel.Handle(fmt.Errorf("httpsession: outgoing request: %w", err))
 	}
 	return out
 }

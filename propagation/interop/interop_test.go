@@ -64,7 +64,7 @@ var session = otelsession.Session{
 	Profile:                       "", // Cleared
 	BrowserControlPrincipal:       "user:alice",
 	BrowserControlTransportFamily: "cdp",
-	ParentChatID:                  "a\tb+c",
+	ParentChatID:                  "a b+c;d",
 	Cron:                          otelsession.CronOn,
 	Cwd:                           "/srv/work/alice",
 	Stateless:                     true,
@@ -92,7 +92,7 @@ var wantAfterHop = map[otelsession.Field]value{
 	otelsession.FieldBrowserControlPrincipal:       unset,
 	otelsession.FieldBrowserControlTransportFamily: unset,
 	otelsession.FieldCronSession:                   set("1"),
-	otelsession.FieldParentChatID:                  set("a\tb+c"),
+	otelsession.FieldParentChatID:                  set("a b+c;d"),
 	otelsession.FieldCronAutoDeliverPlatform:       unset,
 	otelsession.FieldCronAutoDeliverChatID:         set("-100 42"),
 	otelsession.FieldCronAutoDeliverThreadID:       cleared,

@@ -76,6 +76,23 @@ func (c RecordCarrier) Set(key, value string) {
 	c.r.Headers = append(kept, kgo.RecordHeader{Key: key, Value: []byte(value)})
 }
 
+// Delete removes every header whose key is key, exactly as spelled (for
+// propagation.Outbound, which removes every spelling of a pre-written
+// baggage header).
+func (c RecordCarrier) Delete(key string) {
+	if c.r == nil {
+		return
+	}
+	kept := c.r.Headers[:0]
+	for _, h := range c.r.Headers {
+		if h.Key != key {
+			kept = append(kept, h)
+		}
+	}
+	clear(c.r.Headers[len(kept):])
+	c.r.Headers = kept
+}
+
 // Keys returns the distinct header keys, in order of first appearance.
 func (c RecordCarrier) Keys() []string {
 	if c.r == nil {

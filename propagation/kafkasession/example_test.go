@@ -16,7 +16,9 @@ import (
 // it back through its trust policy, in a fresh context per record.
 func Example() {
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(prop))
+	// The session may go to the chat-in topic, and nowhere else.
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(prop), kafkasession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowNames(propagation.TransportKafka, "chat-in"))))
 	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(prop))
 
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "C024BE91L", ThreadID: "1700000000.000100"})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,8 +17,6 @@ import (
 
 // ErrNilRecord: a nil *kgo.Record was given.
 var ErrNilRecord = errors.New("nil Kafka record")
-
-const baggageKey = "baggage"
 
 // Publisher writes trace context and the session into the headers of
 // outgoing records, inside a producer span. Build one with [NewPublisher] and
@@ -36,8 +33,11 @@ func NewPublisher(opts ...Option) *Publisher {
 }
 
 // Inject starts a producer span named "send <topic>" as a child of ctx, and
-// writes the span's trace context and ctx's baggage, session included when
-// [WithSessionEgress] allows the topic, into r's headers. franz-go produces
+// writes the span's trace context and ctx's baggage into r's headers through
+// the outbound policy ([WithOutbound]): the session only when the policy
+// allows the topic, signed for the record's [MessageIDHeader] and topic when
+// it signs. A policy error is reported to otel.Handle and recorded on the
+// span. Set the message id header before calling Inject. franz-go produces
 // asynchronously, so the caller ends the span in the produce promise:
 //
 //	ctx, span := pub.Inject(ctx, rec)
@@ -63,8 +63,10 @@ func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context,
 	if r.Value == nil {
 		attrs = append(attrs, semconv.MessagingKafkaMessageTombstone(true))
 	}
-	return messaging.Produce(ctx, &p.cfg.Config, p.tracer, "send "+r.Topic, r.Topic, attrs, NewRecordCarrier(r),
-		func() error { return stripSession(r) })
+	c := NewRecordCarrier(r)
+	dest := propagation.Dest{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, c.Get(MessageIDHeader))}
+	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "send "+r.Topic, dest, attrs, c)
+	return ctx, span
 }
 
 // Consumer reads trace context and the session from consumed records through
@@ -118,30 +120,23 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	if c.cfg.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(c.cfg.group))
 	}
-	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, NewRecordCarrier(r),
-		propagation.Peer{Transport: Transport, Name: r.Topic}, fmt.Sprintf("record from Kafka topic %q", r.Topic))
+	carrier := NewRecordCarrier(r)
+	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, carrier.Get(MessageIDHeader))}
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, carrier,
+		peer, fmt.Sprintf("record from Kafka topic %q", r.Topic))
 }
 
-// stripSession removes session members from r's baggage headers, whatever
-// their spelling, with the propagation package's rule for HTTP headers.
-func stripSession(r *kgo.Record) error {
-	var lines []string
-	kept := r.Headers[:0]
-	for _, h := range r.Headers {
-		if strings.EqualFold(h.Key, baggageKey) {
-			lines = append(lines, string(h.Value))
-		} else {
-			kept = append(kept, h)
-		}
+// MessageIDHeader is the record header that carries a producer-chosen
+// message id. Kafka records have no id of their own (offsets are assigned
+// by the broker, keys are shared by a conversation's records), so a signed
+// session is bound to this header and to the topic.
+const MessageIDHeader = "message-id"
+
+// binding is what a signature on a record is bound to: its topic and its
+// message id, or nothing when the record has no id.
+func binding(topic, id string) string {
+	if id == "" {
+		return ""
 	}
-	if len(lines) == 0 {
-		return nil
-	}
-	clear(r.Headers[len(kept):])
-	r.Headers = kept
-	left, err := messaging.StripLines(lines)
-	for _, v := range left {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: baggageKey, Value: []byte(v)})
-	}
-	return err
+	return "kafka\x00" + topic + "\x00" + id
 }

@@ -96,7 +96,7 @@ func wire(r *kgo.Record, partition int32, offset int64) *kgo.Record {
 // fields stay Cleared.
 func TestRoundTripConcurrentSessions(t *testing.T) {
 	t.Parallel()
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c))
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithOutbound(toQueue))
 	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c))
 	var wg sync.WaitGroup
 	for i := range 200 {
@@ -122,7 +122,7 @@ func TestRoundTripConcurrentSessions(t *testing.T) {
 // A Cleared session (otelsession.Clear) arrives Cleared, field by field.
 func TestClearedSessionStaysCleared(t *testing.T) {
 	t.Parallel()
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c))
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithOutbound(toQueue))
 	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c))
 	ctx := otelsession.Clear(otelsession.Bind(context.Background(), sessionFor(1)))
 	r := &kgo.Record{Topic: "chat-in"}
@@ -185,7 +185,7 @@ func TestHostileAndMissingHeaders(t *testing.T) {
 func TestUntrustedTopicStripsTheSession(t *testing.T) {
 	t.Parallel()
 	tp, _ := newTracing(t)
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tp))
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tp), kafkasession.WithOutbound(toQueue))
 	trusted := func(_ context.Context, p propagation.Peer) bool { return p.Transport == "kafka" && p.Name == "chat-in" }
 	s := sessionFor(3)
 	for _, tc := range []struct {
@@ -225,7 +225,9 @@ func TestUntrustedTopicStripsTheSession(t *testing.T) {
 func TestSessionEgressPerTopic(t *testing.T) {
 	t.Parallel()
 	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c))
-	internal := kafkasession.WithSessionEgress(func(topic string) bool { return !strings.HasPrefix(topic, "partner-") })
+	internal := kafkasession.WithOutbound(propagation.NewOutbound(func(_ context.Context, d propagation.Dest) bool {
+		return d.Transport == propagation.TransportKafka && !strings.HasPrefix(d.Name, "partner-")
+	}))
 	for _, tc := range []struct {
 		name        string
 		opt         kafkasession.Option
@@ -233,11 +235,12 @@ func TestSessionEgressPerTopic(t *testing.T) {
 		bare        bool // ctx has no baggage; the record already carries a session
 		wantSession bool
 	}{
-		{"default allows", nil, "partner-in", false, true},
+		{"default withholds, as on every transport", nil, "chat-in", false, false},
 		{"allowed topic", internal, "chat-in", false, true},
 		{"refused topic", internal, "partner-in", false, false},
 		{"refused topic, session already in the record", internal, "partner-in", true, false},
-		{"nil rule refuses all", kafkasession.WithSessionEgress(nil), "chat-in", false, false},
+		{"allowed topic, a session already in the record is not forwarded", internal, "chat-in", true, false},
+		{"refusing policy", kafkasession.WithOutbound(propagation.NewOutbound(propagation.AllowNone)), "chat-in", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), tc.opt)
@@ -268,7 +271,7 @@ func TestSessionEgressPerTopic(t *testing.T) {
 func TestSpans(t *testing.T) {
 	t.Parallel()
 	tp, exp := newTracing(t)
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tp))
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tp), kafkasession.WithOutbound(toQueue))
 	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c),
 		kafkasession.WithTracerProvider(tp), kafkasession.WithConsumerGroup("workers"))
 	r := &kgo.Record{Topic: "chat-in", Value: []byte("x")}

@@ -4,6 +4,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
@@ -11,7 +12,7 @@ import (
 const ScopeName = "github.com/sessionwire/sessionwire/propagation/kafkasession"
 
 // Transport is the [propagation.Peer] transport name of a Kafka record.
-const Transport = "kafka"
+const Transport = propagation.TransportKafka
 
 // Option configures a [Publisher] or a [Consumer].
 type Option func(*config)
@@ -46,19 +47,21 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 	return func(c *config) { c.Prop = p }
 }
 
-// WithSessionEgress decides, per topic, whether a [Publisher] may put the
-// session into a record. Refused topics still get trace context and the
-// baggage members that are not session fields, and lose any session already
-// in the record's headers. The default allows every topic (a cluster is
-// normally inside the producer's trust domain); a nil allow refuses all.
-// A [Consumer] ignores it.
-func WithSessionEgress(allow func(topic string) bool) Option {
-	return func(c *config) {
-		if allow == nil {
-			allow = messaging.RefuseAll
-		}
-		c.Egress = allow
-	}
+// WithOutbound sets the outbound policy a [Publisher] sends every record
+// through: which topics may receive the session, and the signer. The
+// default, nil, is propagation's default for every transport, under which
+// no session reaches a topic: name the topics inside your trust domain
+// (propagation.AllowNames(propagation.TransportKafka, "chat-in")). A
+// refused topic still gets trace context and the baggage members that are
+// not the session's, and any session member already in the record's
+// headers is removed, whatever the spelling of the header.
+//
+// With a signer, a record that carries a [MessageIDHeader] gets a signature
+// bound to that id and to its topic: moved onto another record, or replayed
+// onto another topic, it no longer verifies. A [Consumer] ignores this
+// option.
+func WithOutbound(o *propagation.Outbound) Option {
+	return func(c *config) { c.Out = o }
 }
 
 // WithConsumerGroup names the consumer group on a [Consumer]'s spans

@@ -31,7 +31,7 @@ func BenchmarkInject(b *testing.B) {
 		}
 	})
 	b.Run("Publisher.Inject to nats.Msg", func(b *testing.B) {
-		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
+		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(toQueue))
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := pub.Inject(ctx, &nats.Msg{Subject: "chat.in"})

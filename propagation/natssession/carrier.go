@@ -79,6 +79,10 @@ func (c HeaderCarrier) Set(key, value string) {
 	c[key] = []string{value}
 }
 
+// Delete removes key, exactly as spelled (for propagation.Outbound, which
+// removes every spelling of a pre-written baggage header).
+func (c HeaderCarrier) Delete(key string) { delete(c, key) }
+
 // Keys returns the header's keys, as they were written.
 func (c HeaderCarrier) Keys() []string {
 	keys := make([]string, 0, len(c))

@@ -67,7 +67,7 @@ func TestHeaderCarrierSetReplacesEverySpelling(t *testing.T) {
 func TestInjectWritesExactKeys(t *testing.T) {
 	t.Parallel()
 	tp, _ := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	msg := &nats.Msg{Subject: "chat.in"}
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{ChatID: "42"})
 	_, span := pub.Inject(ctx, msg)

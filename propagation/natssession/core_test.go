@@ -27,7 +27,7 @@ func TestCoreNATSRoundTrip(t *testing.T) {
 	t.Parallel()
 	const n = 60
 	b := startBroker(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(w3c))
 
 	out := make(chan seen, n)
@@ -99,7 +99,7 @@ func TestInboundPolicyDecidesPerSubject(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
 	tp, _ := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	chatOnly := func(_ context.Context, p propagation.Peer) bool {
 		return p.Transport == "nats" && strings.HasPrefix(p.Name, "chat.")
 	}
@@ -288,7 +288,9 @@ func TestSessionEgressPerSubject(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
 	tp, _ := newTracing(t)
-	internalOnly := natssession.WithSessionEgress(func(subject string) bool { return !strings.HasPrefix(subject, "partner.") })
+	internalOnly := natssession.WithOutbound(propagation.NewOutbound(func(_ context.Context, d propagation.Dest) bool {
+		return d.Transport == propagation.TransportNATS && !strings.HasPrefix(d.Name, "partner.")
+	}))
 	for _, tc := range []struct {
 		name        string
 		opt         natssession.Option
@@ -297,13 +299,15 @@ func TestSessionEgressPerSubject(t *testing.T) {
 		staleKey    string // the message already carries a session under this header key
 		wantSession bool
 	}{
-		{"default allows every subject", nil, "partner.in", false, "", true},
+		{"default withholds, as on every transport", nil, "chat.in", false, "", false},
 		{"allowed subject", internalOnly, "chat.in", false, "", true},
 		{"refused subject", internalOnly, "partner.in", false, "", false},
 		{"refused subject, session already in headers", internalOnly, "partner.in", false, "baggage", false},
 		{"refused subject, bare context, session already in headers", internalOnly, "partner.in", true, "baggage", false},
 		{"refused subject, bare context, session in a canonical header", internalOnly, "partner.in", true, "Baggage", false},
-		{"nil rule refuses all", natssession.WithSessionEgress(nil), "chat.in", false, "", false},
+		{"allowed subject, bare context, a session already in headers is not forwarded", internalOnly, "chat.in", true, "baggage", false},
+		{"allowed subject, session already in two spellings", internalOnly, "chat.in", true, "BAGGAGE", false},
+		{"refusing policy", natssession.WithOutbound(propagation.NewOutbound(propagation.AllowNone)), "chat.in", false, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), tc.opt)
@@ -341,7 +345,7 @@ func TestSessionEgressPerSubject(t *testing.T) {
 // Nil arguments are errors, never panics.
 func TestNilArguments(t *testing.T) {
 	t.Parallel()
-	pub := natssession.NewPublisher()
+	pub := natssession.NewPublisher(natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(nil)
 	ctx := context.Background()
 	if err := pub.Publish(ctx, nil, &nats.Msg{Subject: "x"}); !errors.Is(err, natssession.ErrNilConnection) {

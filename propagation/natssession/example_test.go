@@ -36,7 +36,9 @@ func Example() {
 
 	// Usually installed once with otel.SetTextMapPropagator.
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
-	pub := natssession.NewPublisher(natssession.WithPropagator(prop))
+	// The session may go to the chat.* subjects, and nowhere else.
+	pub := natssession.NewPublisher(natssession.WithPropagator(prop), natssession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowNames(propagation.TransportNATS, "chat.>"))))
 	// Only the gateway can publish to this account, so its sessions are trusted.
 	worker := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(prop))
 

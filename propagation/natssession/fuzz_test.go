@@ -68,7 +68,7 @@ func FuzzConsumerExtract(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithSigner(s),
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))),
 		natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
 	c := conversationFor(3)
 	msg := &nats.Msg{Subject: "chat.in", Header: nats.Header{jetstream.MsgIDHeader: {"turn-1"}}}
@@ -95,7 +95,7 @@ func FuzzConsumerExtract(f *testing.F) {
 		f.Fatal(err)
 	}
 	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember, propagation.ErrDuplicateMember,
-		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
+		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
 		propagation.ErrUnknownKey}
 	base := workerBase("fuzz")
 	{ // The oracle below is only as good as this seed: it must be accepted.

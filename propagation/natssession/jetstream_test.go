@@ -53,7 +53,7 @@ func TestJetStreamConcurrentSessionsReachTheirOwnHandler(t *testing.T) {
 	b := startBroker(t)
 	cons := b.stream(t, "CHAT", 0, "chat.>")
 	tp, _ := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll),
 		natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
 
@@ -117,7 +117,7 @@ func TestJetStreamRedeliveryKeepsTheMessagesSession(t *testing.T) {
 			t.Parallel()
 			b := startBroker(t)
 			cons := b.stream(t, "REDELIVER", tc.ackWait, "chat.>")
-			pub := natssession.NewPublisher(natssession.WithPropagator(w3c))
+			pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(toQueue))
 			sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(w3c))
 
 			out := make(chan seen, 16)
@@ -162,7 +162,7 @@ func TestJetStreamSessionNeverLeaksIntoTheNextMessage(t *testing.T) {
 	b := startBroker(t)
 	cons := b.stream(t, "LEAK", 0, "chat.>")
 	tp, _ := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(w3c))
 
 	type result struct {

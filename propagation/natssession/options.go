@@ -22,7 +22,6 @@ type Option func(*config)
 type config struct {
 	messaging.Config
 	onError func(context.Context, error)
-	signer  *propagation.Signer
 }
 
 func newConfig(opts []Option) config {
@@ -55,23 +54,34 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 	return func(c *config) { c.Prop = p }
 }
 
-// WithSessionEgress decides, per subject, whether a [Publisher] may put the
-// session into a message. Subjects it refuses still carry trace context and
-// the baggage members that are not session fields, but no session member,
-// even one already present in the message's headers.
+// WithOutbound sets the outbound policy a [Publisher] sends every message
+// through: which subjects may receive the session, and the signer. The
+// default, nil, is propagation's default for every transport, under which
+// no session reaches a subject: name the subjects inside your trust domain,
+// for example
 //
-// The default allows every subject: the NATS account a gateway publishes to
-// is normally inside its own trust domain, and a worker that cannot read the
-// session cannot route its reply. Refuse the subjects that leave that domain
-// (a bridge to a partner's account, a public feed). A nil allow refuses every
-// subject. A [Consumer] ignores this option.
-func WithSessionEgress(allow func(subject string) bool) Option {
-	return func(c *config) {
-		if allow == nil {
-			allow = messaging.RefuseAll
-		}
-		c.Egress = allow
-	}
+//	natssession.WithOutbound(propagation.NewOutbound(
+//		propagation.AllowNames(propagation.TransportNATS, "gw.>"),
+//		propagation.WithSigner(signer)))
+//
+// A subject the policy refuses still gets trace context and the baggage
+// members that are not the session's, and any session member already in
+// the message's headers is removed, whatever the spelling of the header.
+//
+// With a signer, the session is signed for the message's id: the
+// Nats-Msg-Id header (jetstream.MsgIDHeader) present in msg.Header when the
+// message is injected. A consumer whose policy verifies signatures
+// (propagation.WithVerifier) binds the same header, so the signed session
+// cannot be moved onto another message; on JetStream, whose duplicate window
+// drops a second message with the same id, it cannot be replayed with its
+// own id either while the window lasts. Set the id in msg.Header before
+// publishing (msg.Header.Set(jetstream.MsgIDHeader, id)): jetstream.WithMsgID
+// writes it during the publish, after the session was signed, so the
+// consumer would refuse the signature ([Publisher.PublishJetStream] reports
+// that case). A message without an id gets a signature bound to no message.
+// A [Consumer] ignores this option.
+func WithOutbound(o *propagation.Outbound) Option {
+	return func(c *config) { c.Out = o }
 }
 
 // WithOnError sets a function that a [Consumer]'s handlers call when the
@@ -81,29 +91,4 @@ func WithSessionEgress(allow func(subject string) bool) Option {
 // A [Publisher] ignores this option.
 func WithOnError(f func(ctx context.Context, err error)) Option {
 	return func(c *config) { c.onError = f }
-}
-
-// WithSigner makes a [Publisher] sign the session of every message it puts a
-// session into (see propagation.Signer), bound to the message's id when it
-// has one: the Nats-Msg-Id header (jetstream.MsgIDHeader) present in
-// msg.Header when the message is injected. A consumer whose policy verifies
-// signatures (propagation.WithVerifier) binds the same header, so the
-// signed session cannot be moved onto another message; on JetStream, whose
-// duplicate window drops a second message with the same id, it cannot be
-// replayed with its own id either while the window lasts.
-//
-// Set the id in msg.Header before publishing
-// (msg.Header.Set(jetstream.MsgIDHeader, id)): jetstream.WithMsgID writes it
-// during the publish, after the session was signed, so the consumer would
-// refuse the signature ([Publisher.PublishJetStream] reports that case). A
-// message without an id gets a signature bound to no message, which a
-// consumer accepts on any message without an id within the verifier's
-// window.
-//
-// A subject [WithSessionEgress] refuses gets no session and no signature.
-// Signing fails only when the signature does not fit the W3C baggage limits;
-// Publish and PublishJetStream then return the error without publishing.
-// A nil s signs nothing. A [Consumer] ignores this option.
-func WithSigner(s *propagation.Signer) Option {
-	return func(c *config) { c.signer = s }
 }

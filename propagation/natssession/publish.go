@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // Errors returned for a missing argument, so that a nil never panics deep
@@ -44,12 +43,7 @@ var (
 	opNameProcess = semconv.MessagingOperationName("process")
 )
 
-var (
-	noopSpan     = trace.SpanFromContext(context.Background())
-	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
-)
-
-const baggageKey = "baggage"
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // Publisher writes trace context and the session into the headers of
 // outgoing NATS messages, inside a producer span. Build one with
@@ -66,63 +60,50 @@ func NewPublisher(opts ...Option) *Publisher {
 }
 
 // Inject starts a producer span named "publish <subject>" as a child of ctx,
-// and writes that span's trace context and ctx's baggage, session included
-// when [WithSessionEgress] allows the subject, into msg.Header (allocated when
-// nil). It returns the span's context and the span; the caller publishes msg
-// and then ends the span. Use it for publishing calls this package has no
-// helper for (request-reply, PublishMsgAsync); otherwise prefer [Publisher.Publish]
-// or [Publisher.PublishJetStream].
+// and writes that span's trace context and ctx's baggage into msg.Header
+// (allocated when nil) through the outbound policy ([WithOutbound]): the
+// session only when the policy allows the subject, signed for the message's
+// Nats-Msg-Id when it signs. It returns the span's context and the span;
+// the caller publishes msg and then ends the span. Use it for publishing
+// calls this package has no helper for (request-reply, PublishMsgAsync);
+// otherwise prefer [Publisher.Publish] or [Publisher.PublishJetStream].
 //
-// With [WithSigner], the session is signed for the message's id; a signature
-// that does not fit the W3C limits is reported to otel.Handle and recorded on
-// the span, and the message carries the session unsigned.
-//
-// A nil msg starts no span: the returned span is a no-op, safe to end.
+// A policy error (a signature that does not fit the W3C limits) is reported
+// to otel.Handle and recorded on the span, and the message carries the
+// session unsigned. A nil msg starts no span: the returned span is a no-op,
+// safe to end.
 func (p *Publisher) Inject(ctx context.Context, msg *nats.Msg) (context.Context, trace.Span) {
-	ctx, span, err := p.inject(ctx, msg)
-	if err != nil {
-		otel.Handle(err)
-		span.RecordError(err)
-	}
+	ctx, span, _ := p.inject(ctx, msg)
 	return ctx, span
 }
 
-// inject is Inject returning the signing error instead of reporting it.
+// inject is Inject returning the policy's error too.
 func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context, trace.Span, error) {
 	if msg == nil {
 		return ctx, noopSpan, nil
 	}
-	ctx, span := p.tracer.Start(ctx, "publish "+msg.Subject, kindProducer, trace.WithAttributes(
+	if msg.Header == nil {
+		msg.Header = nats.Header{}
+	}
+	// The exact header the server deduplicates on and the consumer binds.
+	dest := propagation.Dest{Transport: Transport, Name: msg.Subject, MessageID: msg.Header.Get(jetstream.MsgIDHeader)}
+	attrs := []attribute.KeyValue{
 		systemNATS,
 		semconv.MessagingDestinationName(msg.Subject),
 		semconv.MessagingOperationTypeSend,
 		opNamePublish,
-	))
-	if msg.Header == nil {
-		msg.Header = nats.Header{}
 	}
-	out := ctx
-	var signErr error
-	if !p.cfg.Egress(msg.Subject) {
-		out = propagation.WithoutSession(ctx)
-		// A forwarded message may already carry a session that was written
-		// before this call; the rule is about the message, not only about ctx.
-		if err := stripSession(msg.Header); err != nil {
-			otel.Handle(fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err))
-		}
-	} else if p.cfg.signer != nil {
-		// The exact header the server deduplicates on and the consumer binds.
-		out, signErr = p.cfg.signer.SignFor(out, msg.Header.Get(jetstream.MsgIDHeader))
-		if signErr != nil {
-			signErr = fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, signErr)
-		}
+	ctx, span, err := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+msg.Subject, dest, attrs, HeaderCarrier(msg.Header))
+	if err != nil {
+		err = fmt.Errorf("publish to NATS subject %q: %w", msg.Subject, err)
 	}
-	p.cfg.Propagator().Inject(out, HeaderCarrier(msg.Header))
-	return ctx, span, signErr
+	return ctx, span, err
 }
 
 // Publish publishes msg with nc.PublishMsg inside a producer span, after
-// [Publisher.Inject]. Errors name the subject.
+// [Publisher.Inject]. When the outbound policy fails (a signature that does
+// not fit the W3C limits, a session value no edge accepts), it returns the
+// error without publishing. Errors name the subject.
 func (p *Publisher) Publish(ctx context.Context, nc *nats.Conn, msg *nats.Msg) error {
 	switch {
 	case msg == nil:
@@ -146,7 +127,8 @@ func (p *Publisher) Publish(ctx context.Context, nc *nats.Conn, msg *nats.Msg) e
 // after [Publisher.Inject], and returns the stream's acknowledgement. opts are
 // passed to js.PublishMsg; a message id set by them (jetstream.WithMsgID)
 // becomes the span's messaging.message.id. js is usually a
-// jetstream.JetStream.
+// jetstream.JetStream. As with [Publisher.Publish], a failed outbound policy
+// returns its error without publishing.
 func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	switch {
 	case msg == nil:
@@ -168,7 +150,7 @@ func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher
 	if id != "" {
 		span.SetAttributes(semconv.MessagingMessageID(id))
 	}
-	if p.cfg.signer != nil && p.cfg.Egress(msg.Subject) && id != signedFor {
+	if p.cfg.Out.Signer() != nil && p.cfg.Out.Allows(ctx, propagation.Dest{Transport: Transport, Name: msg.Subject}) && id != signedFor {
 		// The message has left; say why its consumer will refuse it.
 		idErr := fmt.Errorf("publish to JetStream subject %q: %w", msg.Subject, ErrMessageIDAfterSigning)
 		otel.Handle(idErr)
@@ -202,26 +184,4 @@ func setServer(span trace.Span, nc *nats.Conn) {
 		attrs = append(attrs, semconv.ServerPort(n))
 	}
 	span.SetAttributes(attrs...)
-}
-
-// stripSession removes session members from every baggage header of h,
-// whatever the spelling of its key, through the propagation package's HTTP
-// rule so that both transports agree on what a session member is.
-func stripSession(h nats.Header) error {
-	var lines []string
-	for k, v := range h {
-		if strings.EqualFold(k, baggageKey) {
-			lines = append(lines, v...)
-			delete(h, k)
-		}
-	}
-	if len(lines) == 0 {
-		return nil
-	}
-	hh := http.Header{http.CanonicalHeaderKey(baggageKey): lines}
-	err := propagation.StripSessionHeader(hh)
-	if kept := hh.Values(baggageKey); len(kept) > 0 {
-		h[baggageKey] = kept
-	}
-	return err
 }

@@ -55,7 +55,7 @@ func TestJetStreamSignedSessions(t *testing.T) {
 	const n, workers = 40, 2
 	b := startBroker(t)
 	cons := b.stream(t, "SIGNED", 0, "chat.>")
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithSigner(signer(t, gatewayKey)))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer(t, gatewayKey)))))
 	sub := natssession.NewConsumer(verifying(t), natssession.WithPropagator(w3c))
 
 	type result struct {
@@ -116,7 +116,7 @@ func TestSignedMessageAttacks(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithSigner(signer(t, gatewayKey)))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer(t, gatewayKey)))))
 	c := conversationFor(3)
 	ctx := c.bind(context.Background())
 
@@ -157,7 +157,7 @@ func TestSignedMessageAttacks(t *testing.T) {
 
 	retired := func() nats.Header {
 		m := &nats.Msg{Subject: "attack.in", Header: nats.Header{jetstream.MsgIDHeader: {"turn-1"}}}
-		_, span := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithSigner(signer(t, retiredKey))).Inject(ctx, m)
+		_, span := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer(t, retiredKey))))).Inject(ctx, m)
 		span.End()
 		return m.Header
 	}
@@ -219,7 +219,7 @@ func TestMessageIDSetAfterSigning(t *testing.T) {
 	b := startBroker(t)
 	cons := b.stream(t, "LATEID", 0, "late.>")
 	tp, exp := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithSigner(signer(t, gatewayKey)))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer(t, gatewayKey)))))
 	errs := make(chan error, 1)
 	sub := natssession.NewConsumer(verifying(t), natssession.WithPropagator(w3c),
 		natssession.WithOnError(func(_ context.Context, err error) { errs <- err }))
@@ -259,7 +259,7 @@ func TestMessageIDSetAfterSigning(t *testing.T) {
 func TestRefusedSubjectGetsNoSignature(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
-	egress := natssession.WithSessionEgress(func(s string) bool { return !strings.HasPrefix(s, "partner.") })
+	internal := func(_ context.Context, d propagation.Dest) bool { return !strings.HasPrefix(d.Name, "partner.") }
 	upstream, err := signer(t, gatewayKey).Sign(conversationFor(2).bind(context.Background()))
 	if err != nil {
 		t.Fatal(err)
@@ -269,8 +269,9 @@ func TestRefusedSubjectGetsNoSignature(t *testing.T) {
 		pub  *natssession.Publisher
 		ctx  context.Context
 	}{
-		{"signing publisher", natssession.NewPublisher(natssession.WithPropagator(w3c), egress, natssession.WithSigner(signer(t, gatewayKey))), conversationFor(2).bind(context.Background())},
-		{"signature from upstream", natssession.NewPublisher(natssession.WithPropagator(w3c), egress), upstream},
+		{"signing publisher", natssession.NewPublisher(natssession.WithPropagator(w3c),
+			natssession.WithOutbound(propagation.NewOutbound(internal, propagation.WithSigner(signer(t, gatewayKey))))), conversationFor(2).bind(context.Background())},
+		{"signature from upstream", natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(internal))), upstream},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, subject := range []string{"chat.in", "partner.in"} {
@@ -294,7 +295,7 @@ func TestRefusedSubjectGetsNoSignature(t *testing.T) {
 func TestPublishRefusesWhatCannotBeSigned(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithSigner(signer(t, gatewayKey)))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer(t, gatewayKey)))))
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{ChatID: "c"})
 	bg := baggage.FromContext(ctx)
 	for i := 0; bg.Len() < otelsession.MaxBaggageMembers; i++ {

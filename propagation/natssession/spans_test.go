@@ -108,7 +108,7 @@ func TestSpansCoreNATS(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
 	tp, exp := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll),
 		natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
 
@@ -135,7 +135,7 @@ func TestSpansJetStream(t *testing.T) {
 	b := startBroker(t)
 	cons := b.stream(t, "SPANS", 0, "chat.>")
 	tp, exp := newTracing(t)
-	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp), natssession.WithOutbound(toQueue))
 	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll),
 		natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
 

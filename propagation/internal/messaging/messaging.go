@@ -1,14 +1,13 @@
 // Package messaging is what the queue transports (natssession, kafkasession,
-// amqpsession) share: their configuration, the producer step (span, egress
-// rule, inject) and the consumer step (inbound policy, consumer span linked
-// to the producer's). Each transport keeps only its carrier, its span
-// attributes and, for NATS, the signing of what it publishes.
+// amqpsession) share: their configuration, the producer step (span, then the
+// outbound policy's Inject) and the consumer step (inbound policy, consumer
+// span linked to the producer's). Each transport keeps only its carrier, its
+// span attributes and what it binds a signature to.
 package messaging
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -22,20 +21,17 @@ import (
 // Config is a transport's configuration. Call Init after the transport's
 // options have set what they set.
 type Config struct {
-	TP     trace.TracerProvider
-	Prop   otelprop.TextMapPropagator
-	Egress func(destination string) bool // may the session go to this destination?
+	TP   trace.TracerProvider
+	Prop otelprop.TextMapPropagator
+	// Out is the outbound policy; nil is propagation's default, under which
+	// no session reaches a queue.
+	Out *propagation.Outbound
 }
 
-// Init fills in the defaults: the global tracer provider, and the session
-// allowed to every destination (a queue is normally inside the producer's
-// trust domain).
+// Init fills in the defaults: the global tracer provider.
 func (c *Config) Init() {
 	if c.TP == nil {
 		c.TP = otel.GetTracerProvider()
-	}
-	if c.Egress == nil {
-		c.Egress = func(string) bool { return true }
 	}
 }
 
@@ -48,31 +44,24 @@ func (c *Config) Propagator() otelprop.TextMapPropagator {
 	return otel.GetTextMapPropagator()
 }
 
-// RefuseAll is the egress rule of a nil allow function.
-func RefuseAll(string) bool { return false }
-
 // NoopSpan is returned where there is no message to start a span for.
 var NoopSpan = trace.SpanFromContext(context.Background())
 
 // Produce starts the producer span and injects its trace context and ctx's
-// baggage into carrier. When the configured egress rule refuses destination,
-// the session is left out, and strip (when not nil) removes a session already
-// in the message; a strip error is reported to otel.Handle. It returns the
-// context of the producer span.
-func Produce(ctx context.Context, c *Config, tracer trace.Tracer, spanName, destination string,
-	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, strip func() error) (context.Context, trace.Span) {
+// baggage into carrier through the outbound policy, the session only when
+// the policy allows dest (signed when it signs). An error from the policy
+// (a signature that did not fit, a value no edge accepts) is reported to
+// otel.Handle and recorded on the span; the carrier is written either way.
+// It returns the context of the producer span.
+func Produce(ctx context.Context, c *Config, tracer trace.Tracer, spanName string, dest propagation.Dest,
+	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier) (context.Context, trace.Span, error) {
 	ctx, span := tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	out := ctx
-	if !c.Egress(destination) {
-		out = propagation.WithoutSession(ctx)
-		if strip != nil {
-			if err := strip(); err != nil {
-				otel.Handle(fmt.Errorf("send to %q: %w", destination, err))
-			}
-		}
+	err := c.Out.Inject(ctx, c.Propagator(), carrier, dest)
+	if err != nil {
+		otel.Handle(err)
+		span.RecordError(err)
 	}
-	c.Propagator().Inject(out, carrier)
-	return ctx, span
+	return ctx, span, err
 }
 
 // Consume is the consumer step: the session of ctx is Reset and the carrier
@@ -103,13 +92,4 @@ func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propag
 // span, and err.
 func NilMessage(ctx context.Context, err error) (context.Context, trace.Span, error) {
 	return otelsession.Reset(ctx), NoopSpan, fmt.Errorf("extract session: %w", err)
-}
-
-// StripLines removes session members from baggage header values, with the
-// propagation package's rule for HTTP headers, and returns what is left.
-func StripLines(lines []string) ([]string, error) {
-	const key = "Baggage"
-	h := http.Header{key: lines}
-	err := propagation.StripSessionHeader(h)
-	return h.Values(key), err
 }

@@ -1,0 +1,373 @@
+package propagation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// Transport names, for [Peer.Transport] and [Dest.Transport].
+const (
+	TransportHTTP  = "http"
+	TransportGRPC  = "grpc"
+	TransportNATS  = "nats"
+	TransportKafka = "kafka"
+	TransportAMQP  = "amqp"
+	// TransportEnv is a child process's environment.
+	TransportEnv = "env"
+)
+
+// Dest describes where a carrier is going, for an [AllowFunc]: the mirror of
+// [Peer].
+type Dest struct {
+	// Transport names the boundary: [TransportHTTP], [TransportNATS], …
+	Transport string
+	// Name identifies the destination within the transport: the URL's host
+	// for HTTP, the subject, topic or exchange for a queue, the program for
+	// a child process.
+	Name string
+	// URL is the request's URL for HTTP (nil otherwise).
+	URL *url.URL
+	// MessageID is the transport's id of this message when it has one (the
+	// Nats-Msg-Id header of a NATS message): a signature is bound to it, so
+	// it cannot be moved onto another message. See [Signer.SignFor].
+	MessageID string
+}
+
+// AllowFunc decides whether a destination may receive the session. It is the
+// sender's decision, made for every carrier.
+type AllowFunc func(ctx context.Context, d Dest) bool
+
+// AllowNone lets no session out.
+func AllowNone(context.Context, Dest) bool { return false }
+
+// AllowAll lets the session go everywhere. Use it only where every
+// destination is inside the trust domain (a NATS account only this system
+// uses).
+func AllowAll(context.Context, Dest) bool { return true }
+
+// AllowChildProcesses lets the session into the environment of the child
+// processes this process starts ([TransportEnv]) and nowhere else: a child
+// runs on the same host, under the same user, inside the same trust domain.
+// It is the default of every transport ([NewOutbound] with a nil AllowFunc).
+func AllowChildProcesses(_ context.Context, d Dest) bool { return d.Transport == TransportEnv }
+
+// AllowURLs lets the session go to the HTTP (and gRPC, by its URL)
+// destinations e lists; see [Egress.Allows].
+func AllowURLs(e Egress) AllowFunc {
+	return func(_ context.Context, d Dest) bool { return e.Allows(d.URL) }
+}
+
+// AllowNames lets the session go to the destinations of one transport whose
+// name matches one of patterns, compared token by token as NATS subjects are
+// ("." separates tokens, "*" matches one token, a final ">" one or more):
+// AllowNames(TransportNATS, "gw.>") allows gw.jobs.telegram but not
+// partner.feed. A pattern without wildcards matches the name exactly (a
+// Kafka topic, an AMQP exchange).
+func AllowNames(transport string, patterns ...string) AllowFunc {
+	ps := append([]string(nil), patterns...)
+	return func(_ context.Context, d Dest) bool {
+		if d.Transport != transport {
+			return false
+		}
+		for _, p := range ps {
+			if matchName(p, d.Name) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// AnyOf allows what any of fns allows.
+func AnyOf(fns ...AllowFunc) AllowFunc {
+	return func(ctx context.Context, d Dest) bool {
+		for _, f := range fns {
+			if f != nil && f(ctx, d) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func matchName(pattern, name string) bool {
+	if pattern == "" || name == "" {
+		return false
+	}
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		nt, nrest, nmore := strings.Cut(name, ".")
+		switch {
+		case pt == ">" && !pmore:
+			return nt != ""
+		case pt != "*" && pt != nt, nt == "":
+			return false
+		case !pmore || !nmore:
+			return pmore == nmore
+		}
+		pattern, name = prest, nrest
+	}
+}
+
+// OutboundCounts is a snapshot of what an [Outbound] policy has done.
+type OutboundCounts struct {
+	Sent     uint64 // carriers that left with the context's session
+	Signed   uint64 // of those, signed
+	Withheld uint64 // carriers that left without it: the destination is not allowed
+	// Invalid counts carriers whose session was withheld because a value in
+	// the context's baggage is one no edge accepts (written by code other
+	// than otelsession's writers); they are counted in Withheld too.
+	Invalid uint64
+	// Prewritten counts session members removed from what a carrier already
+	// held before injection (a baggage header the application wrote itself,
+	// in any spelling of its name).
+	Prewritten uint64
+}
+
+// Outbound is the policy for sessions leaving the process: the mirror of
+// [Inbound]. It says where the session may go (its [AllowFunc]) and signs it
+// ([WithSigner]), and every transport sends through its one [Outbound.Inject].
+// Build one with [NewOutbound]; it is safe for concurrent use. A nil
+// *Outbound is the default policy, [AllowChildProcesses] without a signer.
+type Outbound struct {
+	allow  AllowFunc
+	signer *Signer
+	n      struct{ sent, signed, withheld, invalid, prewritten atomic.Uint64 }
+}
+
+// OutboundOption configures an [Outbound] policy.
+type OutboundOption func(*Outbound)
+
+// WithSigner makes the policy sign the session of every carrier it lets the
+// session into, bound to [Dest.MessageID] when the transport gives one (see
+// [Signer.SignFor]). A nil s signs nothing.
+func WithSigner(s *Signer) OutboundOption {
+	return func(o *Outbound) { o.signer = s }
+}
+
+// NewOutbound returns a policy that lets the session go where allow says. A
+// nil allow is the default of every transport, [AllowChildProcesses]: no
+// session reaches the network until the program names where it may go
+// (AllowURLs, AllowNames, AllowAll).
+func NewOutbound(allow AllowFunc, opts ...OutboundOption) *Outbound {
+	if allow == nil {
+		allow = AllowChildProcesses
+	}
+	o := &Outbound{allow: allow}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
+		}
+	}
+	return o
+}
+
+// Allows reports whether d may receive the session.
+func (o *Outbound) Allows(ctx context.Context, d Dest) bool {
+	if o == nil {
+		return AllowChildProcesses(ctx, d)
+	}
+	return o.allow(ctx, d)
+}
+
+// Signer returns the policy's signer, nil when it signs nothing.
+func (o *Outbound) Signer() *Signer {
+	if o == nil {
+		return nil
+	}
+	return o.signer
+}
+
+// Counts returns what the policy has done so far; all zero for a nil policy.
+func (o *Outbound) Counts() OutboundCounts {
+	if o == nil {
+		return OutboundCounts{}
+	}
+	return OutboundCounts{
+		Sent: o.n.sent.Load(), Signed: o.n.signed.Load(), Withheld: o.n.withheld.Load(),
+		Invalid: o.n.invalid.Load(), Prewritten: o.n.prewritten.Load(),
+	}
+}
+
+// Inject is the whole outbound path, the one every transport calls: it
+// writes ctx's trace context and baggage into carrier with prop
+// (otel.GetTextMapPropagator() when nil), with the session only when the
+// policy allows d.
+//
+//  1. Whatever carrier already holds under any spelling of "baggage"
+//     (baggage, Baggage, BAGGAGE, several entries) loses its session
+//     members, whoever wrote them; the other members are kept, in one
+//     entry. A session leaves only as this policy writes it.
+//  2. When d is allowed, the context's session is validated with the one
+//     value rule (otelsession.ValidateValue) and signed with the policy's
+//     signer, bound to d.MessageID. A session with a value no edge would
+//     accept is withheld (counted as Invalid) rather than sent to be
+//     refused one hop later.
+//  3. When d is not allowed, the session is withheld: no session member and
+//     no signature reach the carrier. Trace context and the application's
+//     own baggage members are sent either way.
+//
+// Members in the session namespace that the wire-key table does not know in
+// their canonical spelling (session%2Echat_id, SESSION.chat_id,
+// session.future) are never sent. The error, when not nil, names the
+// destination and wraps the reason (a signature that does not fit the W3C
+// limits: the carrier then has the session unsigned; an invalid value: the
+// carrier has no session); carrier has been written in every case.
+func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	var errs []error
+	if carrier == nil {
+		return fmt.Errorf("send session to %s %q: nil carrier", d.Transport, d.Name)
+	}
+	if n := stripCarrier(carrier); n > 0 {
+		sessionmetrics.Prewritten(d.Transport, n)
+		if o != nil {
+			o.n.prewritten.Add(uint64(n))
+		}
+	}
+	b := baggage.FromContext(ctx)
+	had := hasSession(b)
+	out, sent, signed, invalid := ctx, false, false, false
+	if o.Allows(ctx, d) {
+		present, strays, err := outboundSession(b)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			out, invalid = WithoutSession(ctx), true
+		case strays && !present:
+			out = WithoutSession(ctx)
+		case present:
+			if strays {
+				out = withoutStrays(ctx)
+			}
+			sent = true
+			if s := o.Signer(); s != nil {
+				var serr error
+				if out, serr = s.SignFor(out, d.MessageID); serr != nil {
+					errs = append(errs, serr)
+				} else {
+					signed = true
+				}
+			}
+		}
+	} else if had {
+		out = WithoutSession(ctx)
+	}
+	prop.Inject(out, carrier)
+	if had {
+		o.count(sent, signed, invalid)
+		outcome := "withheld"
+		if sent {
+			outcome = "sent"
+		}
+		sessionmetrics.Outbound(d.Transport, outcome, signed)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("send session to %s %q: %w", d.Transport, d.Name, err)
+	}
+	return nil
+}
+
+func (o *Outbound) count(sent, signed, invalid bool) {
+	switch {
+	case o == nil:
+	case sent:
+		o.n.sent.Add(1)
+		if signed {
+			o.n.signed.Add(1)
+		}
+	default:
+		o.n.withheld.Add(1)
+		if invalid {
+			o.n.invalid.Add(1)
+		}
+	}
+}
+
+// outboundSession reads the session of b as Inject sends it: whether it has
+// any member, whether b also holds members in the session namespace that
+// the table does not know (strays), and the first value no edge would
+// accept.
+func outboundSession(b baggage.Baggage) (present, strays bool, err error) {
+	if b.Len() == 0 {
+		return false, false, nil
+	}
+	known := 0
+	for i := range outSpecs {
+		s := &outSpecs[i]
+		m := b.Member(s.Key)
+		if m.Key() == "" {
+			continue
+		}
+		known++
+		present = true
+		v := m.Value()
+		if v == "" || v == otelsession.ClearedValue || s.Key == otelsession.SignatureKey {
+			continue
+		}
+		if s.Key == otelsession.AsyncDeliveryKey {
+			if v != "0" && err == nil {
+				err = fmt.Errorf("%s: %w", s.Key, ErrInvalidValue)
+			}
+			continue
+		}
+		// A display value the table would cut or drop is cut or dropped by
+		// the next edge, which keeps the session; only a refusal withholds.
+		if _, verr := otelsession.ValidateValue(*s, v); errors.Is(verr, ErrInvalidValue) && err == nil {
+			err = verr
+		}
+	}
+	if b.Len() > known {
+		for _, m := range b.Members() {
+			if k := m.Key(); otelsession.OwnedKey(k) {
+				if _, ok := otelsession.SpecOf(k); !ok {
+					strays = true
+					break
+				}
+			}
+		}
+	}
+	return present, strays, err
+}
+
+// outSpecs are the rows of the keys that may travel as baggage: the remote
+// fields, the async-delivery capability and the signature.
+var outSpecs = func() []otelsession.Spec {
+	var ss []otelsession.Spec
+	for _, s := range otelsession.Specs() {
+		if s.Baggage() {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}()
+
+// withoutStrays removes from ctx's baggage every member in the session
+// namespace that the table does not know in its canonical spelling.
+func withoutStrays(ctx context.Context) context.Context {
+	b := baggage.FromContext(ctx)
+	for _, m := range b.Members() {
+		if k := m.Key(); otelsession.OwnedKey(k) {
+			if _, ok := otelsession.SpecOf(k); !ok {
+				b = b.DeleteMember(k)
+			}
+		}
+	}
+	return baggage.ContextWithBaggage(ctx, b)
+}
