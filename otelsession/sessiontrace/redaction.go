@@ -10,24 +10,26 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
-// Action is what a redaction policy does with one field.
-type Action uint8
+// Action is what a redaction policy does with one field: the wire-key
+// table's redaction (otelsession.Spec.Redact) is its default.
+type Action = otelsession.Redact
 
 const (
 	// Copy puts the value on the span or record as it is.
-	Copy Action = iota
+	Copy = otelsession.RedactCopy
 	// Hash puts "hmac:" and the first 16 bytes of HMAC-SHA256(key, value),
 	// in hex. Without a key it drops the field.
-	Hash
+	Hash = otelsession.RedactHash
 	// Drop leaves the field off.
-	Drop
+	Drop = otelsession.RedactDrop
 )
 
 // Redaction decides, field by field, what reaches spans and logs.
 type Redaction struct {
 	// Actions overrides the default action for the fields it names. The
-	// defaults: Hash for the user name and the browser-control principal,
-	// Copy for every other field.
+	// defaults are the wire-key table's (otelsession.Spec.Redact): Hash for
+	// the user name and the browser-control principal, Copy for every other
+	// field.
 	Actions map[otelsession.Field]Action
 	// HashKey keys Hash. Keep it secret and stable: rotating it breaks
 	// correlation with older traces. Without a key, Hash means Drop.
@@ -42,7 +44,7 @@ const maxCachedHashes = 4096
 
 // redactor is a compiled Redaction, safe for concurrent use.
 type redactor struct {
-	action [32]Action // indexed by Field
+	action [otelsession.NumFields + 1]Action // indexed by Field
 	key    []byte
 	mu     sync.RWMutex
 	hashes map[string]string // value -> hashed form; an HMAC per span is too slow
@@ -50,8 +52,9 @@ type redactor struct {
 
 func newRedactor(r Redaction) *redactor {
 	c := &redactor{key: append([]byte(nil), r.HashKey...), hashes: make(map[string]string)}
-	c.action[otelsession.FieldUserName] = Hash
-	c.action[otelsession.FieldBrowserControlPrincipal] = Hash
+	for _, f := range otelsession.Fields() {
+		c.action[f] = f.Spec().Redact
+	}
 	for f, a := range r.Actions {
 		if f.Valid() {
 			c.action[f] = a
