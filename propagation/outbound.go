@@ -266,8 +266,8 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 				}
 			}
 		}
-	} else if had {
-		out = WithoutSession(ctx)
+	} else {
+		out = WithoutSession(ctx) // strays too, when there is no session
 	}
 	prop.Inject(out, carrier)
 	if had {
