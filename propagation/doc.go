@@ -1,6 +1,8 @@
 // Package propagation is where a session crosses a boundary: the inbound trust
 // policy ([Inbound]) applied wherever a session arrives from outside the
-// process, and the egress policy ([Egress]) applied wherever one leaves it.
+// process, and its mirror, the outbound policy ([Outbound]), applied
+// wherever one leaves it. Every transport (HTTP, NATS, Kafka, AMQP, child
+// processes) calls the same two: [Inbound.Extract] and [Outbound.Inject].
 //
 // The format is not ours: the session travels as ordinary W3C baggage,
 // extracted and injected by the standard OpenTelemetry propagators, so a plain
@@ -15,8 +17,27 @@
 //     wrapping one of this package's Err values and a session that is wholly
 //     Unset: never a panic, never a mix of two sessions. Other baggage members
 //     pass as the propagator left them.
-//   - Outbound, session members are sent only to destinations the [Egress]
-//     allowlist names; every other destination gets the request without them.
+//   - Outbound, whatever the carrier already holds loses its session
+//     members (in any spelling of the baggage header), the session is
+//     validated with the same value rule and sent only to destinations the
+//     policy's [AllowFunc] allows, signed when it has a [Signer]. The default,
+//     the same on every transport, is [AllowChildProcesses]: no session
+//     reaches the network until the program names where it may go
+//     ([AllowURLs], [AllowNames], [AllowAll]).
+//
+// What a session key is and what a valid value is come from one place, the
+// wire-key table of package otelsession (otelsession.Specs,
+// otelsession.ValidateValue, otelsession.OwnedKey): a value Bind accepts is
+// accepted by every edge, and the session namespace is owned, so a member
+// whose key decodes or case-folds into it (session%2Echat_id,
+// SESSION.chat_id) is refused inbound and stripped outbound. The errors are
+// otelsession's, re-exported here, so errors.Is agrees across packages.
+// Both policies report their outcomes as OpenTelemetry metrics through the
+// global MeterProvider: sessionwire.session.inbound (by transport, outcome
+// and reason), sessionwire.session.outbound (by transport, outcome and
+// signed), sessionwire.session.outbound.prewritten_removed and
+// sessionwire.session.values (display values cut or dropped), beside the
+// in-process [Inbound.Counts] and [Outbound.Counts].
 //
 // # Signed sessions
 //

@@ -198,7 +198,7 @@ func (s *Signer) Sign(ctx context.Context) (context.Context, error) {
 
 // SignFor is [Signer.Sign] bound to a message id: the signature then
 // verifies only on the message with that id (for NATS, its Nats-Msg-Id
-// header, as natssession.WithSigner does), so it cannot be moved onto
+// header, as a NATS publisher whose Outbound signs does), so it cannot be moved onto
 // another message. A verifier binds the id the transport gives it, so
 // messageID must be exactly what the receiving side sees.
 func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context, error) {

@@ -51,9 +51,11 @@ func NewPublisher(opts ...Option) *Publisher {
 }
 
 // Inject starts a producer span named "publish <exchange>" as a child of ctx,
-// and writes the span's trace context and ctx's baggage, session included when
-// [WithSessionEgress] allows the exchange, into msg.Headers (allocated when
-// nil). Publish msg to the same exchange and routing key, then end the span:
+// and writes the span's trace context and ctx's baggage into msg.Headers
+// (allocated when nil) through the outbound policy ([WithOutbound]): the
+// session only when the policy allows the exchange, signed for the message's
+// MessageId, exchange and routing key when it signs. Set MessageId before
+// calling Inject. Publish msg to the same exchange and routing key, then end the span:
 //
 //	ctx, span := pub.Inject(ctx, &msg, "chat", "in")
 //	err := ch.PublishWithContext(ctx, "chat", "in", false, false, msg)

@@ -25,9 +25,11 @@
 //
 // Header tables hold values of many types; only strings and byte arrays (and
 // arrays of them) are read as trace context or baggage, and everything else is
-// ignored without a panic. The session is injected by default;
-// [WithSessionEgress] refuses the exchanges that leave the trust domain. A nil
-// policy trusts no publisher. Each delivery starts from a Reset session. The
+// ignored without a panic. No session reaches an exchange until
+// [WithOutbound] names the exchanges inside the trust domain (propagation's
+// one default for every transport); with a signer, the signature is bound to
+// the message's MessageId, exchange and routing key. A nil inbound policy
+// trusts no publisher. Each delivery starts from a Reset session. The
 // default propagator is otel.GetTextMapPropagator(), a no-op until the
 // program installs one.
 //

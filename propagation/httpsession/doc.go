@@ -32,13 +32,20 @@
 // # Client
 //
 //	client := &http.Client{Transport: &httpsession.Transport{
-//		Egress: propagation.Egress{Hosts: []string{".internal"}},
+//		Outbound: propagation.NewOutbound(
+//			propagation.AllowURLs(propagation.Egress{Hosts: []string{".internal"}}),
+//			propagation.WithSigner(signer)), // optional
 //	}}
 //
-// A request to a host the allowlist names carries trace context and all
-// baggage, session included. Any other request carries trace context and the
-// baggage members that are not session fields, but no session member, even one
-// that other code already wrote into its headers.
+// Every request goes through the outbound policy (propagation.Outbound), the
+// same one every transport uses. A request to a host it allows carries trace
+// context and all baggage, the session included (signed when the policy
+// signs). Any other request carries trace context and the baggage members
+// that are not the session's, but no session member. Session members other
+// code already wrote into the request's baggage headers, in any spelling of
+// the header name (Baggage, baggage, BAGGAGE, several lines), are removed
+// before injection whatever the destination: a session leaves only as the
+// policy writes it. The zero Transport sends no session anywhere.
 //
 // # With otelhttp
 //
@@ -47,7 +54,7 @@
 // application on the server and closest to the wire on the client:
 //
 //	otelhttp.NewHandler(httpsession.Handler(app, opts...), "op")
-//	&http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{Egress: e})}
+//	&http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{Outbound: out})}
 //
 // On the server, otelhttp then starts the server span from the request
 // headers and Handler, running inside it, decides the session; the handler's

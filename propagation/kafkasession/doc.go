@@ -20,8 +20,11 @@
 //		…
 //	})
 //
-// The session is injected by default; [WithSessionEgress] refuses the topics
-// that leave the trust domain. A nil policy trusts no producer. Each record
+// No session reaches a topic until [WithOutbound] names the topics inside the
+// trust domain (propagation's one default for every transport); a session
+// already in a record's headers is removed unless the policy writes it. With
+// a signer, the signature is bound to the record's [MessageIDHeader] and
+// topic. A nil inbound policy trusts no producer. Each record
 // starts from a Reset session, so nothing bound in the poll loop's context or
 // by the previous record can leak into it. The default propagator is
 // otel.GetTextMapPropagator(), a no-op until the program installs one.

@@ -34,7 +34,7 @@ type Consumer struct {
 // The policy sees each message as propagation.Peer{Transport: "nats", Name:
 // subject, MessageID: its Nats-Msg-Id header}; with a verifier
 // (propagation.WithVerifier) a signed session is accepted from any subject,
-// bound to that message id (see [WithSigner]).
+// bound to that message id (see [WithOutbound]).
 func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 	if policy == nil {
 		policy = propagation.NewInbound(nil)

@@ -23,11 +23,13 @@
 // the baggage of ctx into the message headers, allocating them if needed.
 // [Publisher.Inject] does the same for a publishing call of your own.
 //
-// The session is injected by default. A NATS account is normally inside the
-// trust domain of the gateway that publishes to it, and a worker needs the
-// session to route its reply. [WithSessionEgress] refuses the subjects that
-// leave that domain: their messages get trace context and non-session baggage
-// only, and any session already in their headers is removed.
+// Every message goes through the outbound policy ([WithOutbound]), the one
+// every transport uses, and its default sends no session to any subject: name
+// the subjects inside the gateway's trust domain, typically with
+// propagation.AllowNames(propagation.TransportNATS, "gw.>"). Other subjects
+// get trace context and non-session baggage only, and a session already in a
+// message's headers (in any spelling of the header) is removed unless the
+// policy writes it.
 //
 // # Consuming
 //
@@ -51,7 +53,8 @@
 // Where the NATS account is not enough to trust a publisher, the gateway
 // signs and the workers verify:
 //
-//	pub := natssession.NewPublisher(natssession.WithSigner(signer))
+//	pub := natssession.NewPublisher(natssession.WithOutbound(propagation.NewOutbound(
+//		propagation.AllowNames(propagation.TransportNATS, "gw.>"), propagation.WithSigner(signer))))
 //	msg.Header.Set(jetstream.MsgIDHeader, messageID) // before publishing: the signature binds it
 //	cons := natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))
 //
