@@ -8,8 +8,9 @@ import "strings"
 type Field uint8
 
 // The session fields. The first nineteen are the ones [Bind] binds and [Clear]
-// clears; the last three are the cron auto-deliver targets, bound one by one
-// with [With].
+// clears; then come the three cron auto-deliver targets, bound one by one with
+// [With], and the three of a cron job's persisted identity, bound together
+// with [WithCronJob].
 const (
 	FieldPlatform Field = iota + 1
 	FieldSource
@@ -33,6 +34,9 @@ const (
 	FieldCronAutoDeliverPlatform
 	FieldCronAutoDeliverChatID
 	FieldCronAutoDeliverThreadID
+	FieldCronJobID
+	FieldCronJobOriginUserID
+	FieldCronJobOriginPlatform
 
 	fieldEnd // one past the last field
 )
@@ -101,6 +105,12 @@ var schema = [numFields]struct {
 	{"HERMES_CRON_AUTO_DELIVER_PLATFORM", Remote, false},
 	{"HERMES_CRON_AUTO_DELIVER_CHAT_ID", Remote, false},
 	{"HERMES_CRON_AUTO_DELIVER_THREAD_ID", Remote, false},
+	// A cron job's persisted identity: the job, and the platform and user
+	// that created it. Not a live sender session (so outside Bind and
+	// Clear), but routing data a job's notifications carry home.
+	{"HERMES_CRON_JOB_ID", Remote, false},
+	{"HERMES_CRON_JOB_ORIGIN_USER_ID", Remote, false},
+	{"HERMES_CRON_JOB_ORIGIN_PLATFORM", Remote, false},
 }
 
 // KeyPrefix starts every sessionwire key, in baggage and in attributes.
@@ -197,7 +207,8 @@ func (f Field) Scope() Scope {
 }
 
 // InSession reports whether [Bind] binds the field and [Clear] clears it. Only
-// the cron auto-deliver fields are outside the session.
+// the cron auto-deliver fields and the cron job's identity are outside the
+// session.
 func (f Field) InSession() bool { return f.Valid() && schema[f-1].session }
 
 // String returns the field's key.

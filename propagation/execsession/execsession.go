@@ -190,13 +190,13 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 // The variables the leak policy decides on: every field, indexed by Field-1,
 // then CwdVar.
 const (
-	numFields = int(otelsession.FieldCronAutoDeliverThreadID)
+	numFields = int(otelsession.FieldCronJobOriginPlatform)
 	cwdIndex  = numFields
 	numVars   = numFields + 1
 )
 
 var varNames = func() (names [numVars]string) {
-	if fs := otelsession.Fields(); len(fs) != numFields || fs[numFields-1] != otelsession.FieldCronAutoDeliverThreadID {
+	if fs := otelsession.Fields(); len(fs) != numFields || fs[numFields-1] != otelsession.FieldCronJobOriginPlatform {
 		panic("execsession: the field schema changed; update numFields")
 	}
 	for _, f := range otelsession.Fields() {
