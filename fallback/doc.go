@@ -11,7 +11,11 @@
 //   - the root session-id mirror ([MirrorSessionID]) that keeps
 //     HERMES_SESSION_ID in step for single-process entry points;
 //   - the child-environment leak policy ([ChildEnviron], [Decide]): which
-//     session variables a child process inherits, as a pure function.
+//     session variables a child process inherits, as a pure function;
+//   - the lineage variables beside them: the delegated-child mark
+//     ([DelegatedChildVar], [DelegatedMark]), kept for a delegated child's
+//     whole lineage, and the Kanban run identity ([IsKanbanRunIdentity]),
+//     which no child process inherits.
 //
 // It knows variable names and values only. It does not import OpenTelemetry or
 // know about baggage; package otelsession translates its field states into the

@@ -157,3 +157,48 @@ func TestMirrorErrorIsWrapped(t *testing.T) {
 	require.ErrorIs(t, err, errReadOnly)
 	assert.Contains(t, err.Error(), fallback.SessionIDVar)
 }
+
+func TestDelegatedMark(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		inherited string
+		present   bool
+		delegated bool
+		want      string
+		keep      bool
+	}{
+		{"a root's child is not marked", "", false, false, "", false},
+		{"a delegated child's command is stamped", "", false, true, "1", true},
+		{"an inherited mark is kept: the lineage is delegated", "1", true, false, "1", true},
+		{"an inherited board-root mark keeps its value", "/srv/kanban", true, true, "/srv/kanban", true},
+		{"an inherited empty mark means nothing", "", true, false, "", false},
+		{"an inherited empty mark is replaced on a delegated command", "", true, true, "1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, keep := fallback.DelegatedMark(tt.inherited, tt.present, tt.delegated)
+			assert.Equal(t, tt.keep, keep)
+			assert.Equal(t, tt.want, v)
+		})
+	}
+}
+
+func TestKanbanRunIdentity(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"HERMES_KANBAN_TASK", "HERMES_KANBAN_RUN_ID", "HERMES_KANBAN_CLAIM_LOCK"} {
+		assert.True(t, fallback.IsKanbanRunIdentity(name), name)
+		assert.Contains(t, fallback.KanbanRunIdentityVars(), name)
+	}
+	for _, name := range []string{"HERMES_KANBAN_BOARD", "HERMES_KANBAN_DB", "HERMES_KANBAN_WORKSPACE", "HERMES_KANBAN_WORKSPACES_ROOT", "HERMES_SESSION_ID", ""} {
+		assert.False(t, fallback.IsKanbanRunIdentity(name), "%s is a location or not Kanban's", name)
+	}
+	vars := fallback.KanbanRunIdentityVars()
+	vars[0] = "changed"
+	assert.True(t, fallback.IsKanbanRunIdentity("HERMES_KANBAN_TASK"), "the returned slice is a copy")
+
+	got := fallback.ChildEnviron([]string{
+		"HERMES_KANBAN_TASK=t1", "PATH=/usr/bin", "HERMES_KANBAN_BOARD=default", "HERMES_KANBAN_CLAIM_LOCK=lock",
+	}, nil, false)
+	assert.Equal(t, []string{"PATH=/usr/bin", "HERMES_KANBAN_BOARD=default"}, got)
+}

@@ -42,8 +42,9 @@ func Decide(v Var, inherited string, present, engaged bool) (value string, keep 
 // ChildEnviron applies [Decide] to every variable in vars and returns the
 // environment for a child process, in the "KEY=value" form of os.Environ and
 // exec.Cmd.Env. Entries of inherited that are not named in vars are kept as
-// they are and in their order; the session variables follow, in the order of
-// vars. inherited is not modified.
+// they are and in their order, except the Kanban run identity
+// ([IsKanbanRunIdentity]), which no child inherits; the session variables
+// follow, in the order of vars. inherited is not modified.
 //
 // When inherited names a variable more than once, the last entry is the one
 // considered, as in exec.Cmd.
@@ -59,6 +60,9 @@ func ChildEnviron(inherited []string, vars []Var, engaged bool) []string {
 		name, value, _ := strings.Cut(kv, "=")
 		if i, ok := managed[name]; ok {
 			seen[i], present[i] = value, true
+			continue
+		}
+		if IsKanbanRunIdentity(name) {
 			continue
 		}
 		out = append(out, kv)

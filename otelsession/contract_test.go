@@ -34,7 +34,7 @@ func fullSession() otelsession.Session {
 func TestSchema(t *testing.T) {
 	t.Parallel()
 	fields := otelsession.Fields()
-	require.Len(t, fields, 22)
+	require.Len(t, fields, 25)
 	wantKeys := map[string]string{
 		"HERMES_SESSION_PLATFORM":                 "session.platform",
 		"HERMES_SESSION_KEY":                      "session.key",
@@ -43,6 +43,9 @@ func TestSchema(t *testing.T) {
 		"HERMES_CRON_SESSION":                     "session.cron_session",
 		"HERMES_SESSION_PARENT_CHAT_ID":           "session.parent_chat_id",
 		"HERMES_CRON_AUTO_DELIVER_PLATFORM":       "session.cron_auto_deliver_platform",
+		"HERMES_CRON_JOB_ID":                      "session.cron_job_id",
+		"HERMES_CRON_JOB_ORIGIN_USER_ID":          "session.cron_job_origin_user_id",
+		"HERMES_CRON_JOB_ORIGIN_PLATFORM":         "session.cron_job_origin_platform",
 		"HERMES_BROWSER_CONTROL_TRANSPORT_FAMILY": "session.browser_control_transport_family",
 	}
 	local := map[string]bool{

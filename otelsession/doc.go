@@ -34,6 +34,21 @@
 // in the context beside the baggage instead. Child processes, being in the
 // same trust domain, receive them through their environment.
 //
+// Six fields are not the session's: [Bind] leaves them, [Clear] leaves them,
+// [Reset] unsets them. They belong to the cron job a run is for, and a
+// scheduler binds them per job on the context the run starts from: the
+// auto-deliver target (HERMES_CRON_AUTO_DELIVER_*, with [With]) and the
+// identity the job was stored with (HERMES_CRON_JOB_ID and its origin's
+// HERMES_CRON_JOB_ORIGIN_USER_ID and HERMES_CRON_JOB_ORIGIN_PLATFORM, with
+// [WithCronJob], which binds all three or, given CronJob{}, clears all
+// three when the job ends). The original keeps them apart from the session
+// for the same reason: a job's stored origin authorizes the job, but nobody
+// is chatting. They are remote, so a job's child processes and
+// notifications carry them like the session's fields.
+//
+// A delegated child ([WithDelegatedChild]) is marked in its context and
+// bound to its own session id; given no id, it keeps its parent's.
+//
 // # On the wire
 //
 // A Set field is the member key=value, the value percent-encoded by the OTel

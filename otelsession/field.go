@@ -11,8 +11,9 @@ import (
 type Field uint8
 
 // The session fields. The first nineteen are the ones [Bind] binds and [Clear]
-// clears; the last three are the cron auto-deliver targets, bound one by one
-// with [With].
+// clears; then come the three cron auto-deliver targets, bound one by one with
+// [With], and the three of a cron job's persisted identity, bound together
+// with [WithCronJob].
 const (
 	FieldPlatform Field = iota + 1
 	FieldSource
@@ -36,6 +37,9 @@ const (
 	FieldCronAutoDeliverPlatform
 	FieldCronAutoDeliverChatID
 	FieldCronAutoDeliverThreadID
+	FieldCronJobID
+	FieldCronJobOriginUserID
+	FieldCronJobOriginPlatform
 
 	fieldEnd // one past the last field
 )
@@ -255,6 +259,12 @@ var table = func() []Spec {
 		f("HERMES_CRON_AUTO_DELIVER_PLATFORM", ClassIdentity, maxNameBytes, false),
 		f("HERMES_CRON_AUTO_DELIVER_CHAT_ID", ClassIdentity, MaxValueBytes, false),
 		f("HERMES_CRON_AUTO_DELIVER_THREAD_ID", ClassIdentity, MaxValueBytes, false),
+		// A cron job's persisted identity: the job, and the platform and
+		// user that created it. Not a live sender session (so outside Bind
+		// and Clear), but routing data a job's notifications carry home.
+		f("HERMES_CRON_JOB_ID", ClassIdentity, MaxValueBytes, false),
+		f("HERMES_CRON_JOB_ORIGIN_USER_ID", ClassIdentity, MaxValueBytes, false),
+		f("HERMES_CRON_JOB_ORIGIN_PLATFORM", ClassIdentity, maxNameBytes, false),
 	}
 	for i := range t {
 		t[i].Field = Field(i + 1)
@@ -420,7 +430,8 @@ func (f Field) Scope() Scope {
 }
 
 // InSession reports whether [Bind] binds the field and [Clear] clears it. Only
-// the cron auto-deliver fields are outside the session.
+// the cron auto-deliver fields and the cron job's identity are outside the
+// session.
 func (f Field) InSession() bool { return f.Valid() && table[f-1].InSession }
 
 // String returns the field's key.

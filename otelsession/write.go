@@ -112,13 +112,70 @@ func WithSessionID(ctx context.Context, id string) context.Context {
 
 // WithDelegatedChild returns a copy of ctx marked as a delegated child (a
 // subagent built inside its parent's process) and bound to the child's session
-// id. It never writes the process environment: the parent's HERMES_SESSION_ID
-// stays in place for the rest of the process.
+// id. A child without an id of its own (id "") keeps its parent's session id,
+// as the original's delegated_child_context(None) does: it is the parent's
+// work the child does until it is given an id. To bind a child's id Cleared,
+// call [WithSessionID] with "" on the returned context, which never mirrors
+// it. WithDelegatedChild never writes the process environment: the parent's
+// HERMES_SESSION_ID stays in place for the rest of the process.
 func WithDelegatedChild(ctx context.Context, id string) context.Context {
 	var e edit
-	e.op[FieldSessionID-1], e.val[FieldSessionID-1] = opSet, checked(FieldSessionID, id, "delegated child")
+	if id != "" {
+		e.op[FieldSessionID-1], e.val[FieldSessionID-1] = opSet, checked(FieldSessionID, id, "delegated child")
+	}
 	e.delegate = true
 	return e.apply(ctx, "delegated child")
+}
+
+// CronJob is a cron job's persisted identity, as [WithCronJob] binds it: the
+// job and where it was created. It is not the live sender session (a job's
+// stored origin authorizes the job; nobody is chatting), which is why it has
+// fields of its own beside the session's.
+type CronJob struct {
+	// ID is the job's id (HERMES_CRON_JOB_ID).
+	ID string
+	// OriginPlatform is the platform the job was created from
+	// (HERMES_CRON_JOB_ORIGIN_PLATFORM).
+	OriginPlatform string
+	// OriginUserID is the user who created the job
+	// (HERMES_CRON_JOB_ORIGIN_USER_ID). The original scheduler uses the
+	// origin's chat id when the origin has no user id; so should callers.
+	OriginUserID string
+}
+
+// WithCronJob returns a copy of ctx bound to the identity of the cron job it
+// runs: the three cron job fields Set to job's values, or Cleared where a
+// value is empty, in one write. A scheduler calls it once per job run, on the
+// context the run starts from (after [Reset]); WithCronJob(ctx, CronJob{})
+// clears the identity, so that later work on the same context cannot inherit
+// a finished job. [Bind] and [Clear] leave these fields alone, as they leave
+// the cron auto-deliver fields; Reset makes them Unset. Like every field they
+// reach child processes ([execsession]) and the next hop in baggage.
+//
+// WithCronJob never binds part of a job: if a value is refused (see
+// [Session.Validate]), all three fields are bound Cleared and the reason is
+// reported to otel.Handle.
+//
+// [execsession]: https://pkg.go.dev/github.com/sessionwire/sessionwire/propagation/execsession
+func WithCronJob(ctx context.Context, job CronJob) context.Context {
+	var e edit
+	var errs []error
+	for _, b := range [...]struct {
+		f Field
+		v string
+	}{{FieldCronJobID, job.ID}, {FieldCronJobOriginUserID, job.OriginUserID}, {FieldCronJobOriginPlatform, job.OriginPlatform}} {
+		e.op[b.f-1], e.val[b.f-1] = opSet, b.v
+		if b.v != "" {
+			if _, err := ValidateValue(table[b.f-1], b.v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		otel.Handle(fmt.Errorf("otelsession: cron job: bound as cleared: %w", errors.Join(errs...)))
+		e.clearValues(false)
+	}
+	return e.apply(ctx, "cron job")
 }
 
 // WithCwd returns a copy of ctx whose logical working directory is dir (""

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sessionwire/sessionwire/otelsession"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -26,7 +28,22 @@ func TestHeader(t *testing.T) {
 	assert.Equal(t, "set", states["session.platform"])
 	assert.Equal(t, "cleared", states["session.thread_id"])
 	assert.Equal(t, "unset", states["session.chat_id"])
-	assert.Len(t, r.Fields, 22)
+	assert.Len(t, r.Fields, len(otelsession.Fields()), "every field of the schema is shown")
+}
+
+func TestHeaderShowsACronJobsIdentity(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"--json", "header", "session.cron_job_id=job-7,session.cron_job_origin_platform=telegram,session.cron_job_origin_user_id=%00"}, &out, &errOut, noEnv)
+	require.Equal(t, 0, code, errOut.String())
+	var r report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	states := map[string]string{}
+	for _, f := range r.Fields {
+		states[f.Key] = f.State
+	}
+	assert.Equal(t, "set", states["session.cron_job_id"])
+	assert.Equal(t, "set", states["session.cron_job_origin_platform"])
+	assert.Equal(t, "cleared", states["session.cron_job_origin_user_id"])
 }
 
 func TestHeaderRefused(t *testing.T) {

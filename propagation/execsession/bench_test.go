@@ -51,7 +51,7 @@ func BenchmarkEnviron(b *testing.B) {
 		}
 	})
 	// Where Environ's extra time goes: the policy alone (a propagator that
-	// injects nothing), and reading the 22 fields, which the policy must do.
+	// injects nothing), and reading every field, which the policy must do.
 	b.Run("parts/Environ_without_carriers", func(b *testing.B) {
 		cfg := execsession.Config{Propagator: otelprop.NewCompositeTextMapPropagator()}
 		b.ReportAllocs()

@@ -26,9 +26,27 @@
 //   - SESSIONWIRE_CWD ([CwdVar]), the session's logical working directory,
 //     under the same policy as the legacy variables. [Command] also starts the
 //     child in that directory.
-//   - SESSIONWIRE_DELEGATED_CHILD=1 ([DelegatedChildVar]) when the context is
-//     a delegated child (otelsession.WithDelegatedChild); the variable is
-//     removed otherwise, whatever the parent inherited.
+//   - HERMES_DELEGATED_CHILD_CONTEXT ([DelegatedChildVar]), the original's
+//     delegated-child mark, which tools written for it read. It is stamped
+//     "1" on the command of a delegated child (otelsession.WithDelegatedChild)
+//     and kept, with its value, in every child of a process that is itself
+//     marked, so a delegated child's whole lineage stays marked even through
+//     programs that never restore a context. It is written only into the
+//     environment built for one child: the parent's own environment never
+//     holds it, so neither the parent nor a later sibling that is not
+//     delegated becomes marked (fallback.DelegatedMark).
+//   - No Kanban run identity (HERMES_KANBAN_TASK, _RUN_ID, _CLAIM_LOCK,
+//     _GOAL_MODE, _GOAL_MAX_TURNS; fallback.IsKanbanRunIdentity): a Kanban
+//     dispatcher grants it to the one worker process it starts, and nothing
+//     that worker starts, delegated or not, is that worker. A child that
+//     inherited it could complete its parent's card. This follows the
+//     original's later rule (stripped from every tool subprocess) rather
+//     than its earlier one (delegated children only): it protects the card
+//     without relying on every caller marking its delegated children. The
+//     board's location (HERMES_KANBAN_BOARD, _DB, _WORKSPACE,
+//     _WORKSPACES_ROOT) passes through: it is where the work is, not who
+//     owns it. A dispatcher starting a worker appends the identity to the
+//     built environment (exec.Cmd uses the last entry of a name).
 //
 // A program that never configures a propagator (the OTel global is a no-op
 // until otel.SetTextMapPropagator is called) sends no BAGGAGE; the session

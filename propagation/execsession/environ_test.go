@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/fallback"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
 )
@@ -133,9 +134,55 @@ func environCases() []environCase {
 		members: map[string]string{"session.id": "child-id"},
 	})
 	both(environCase{
-		name: "an inherited delegated-child mark is removed", ctx: setThread,
+		name: "an inherited delegated-child mark is kept: the whole lineage is delegated", ctx: setThread,
 		inherited: append(foreignEnv, execsession.DelegatedChildVar+"=1"),
+		want:      map[string]string{execsession.DelegatedChildVar: "1"},
+	})
+	both(environCase{
+		name: "the original's board-root mark is kept as it is", inherited: append(foreignEnv, execsession.DelegatedChildVar+"=/srv/kanban"),
+		ctx:  func(ctx context.Context) context.Context { return otelsession.WithDelegatedChild(ctx, "child-id") },
+		want: map[string]string{execsession.DelegatedChildVar: "/srv/kanban"},
+	})
+	both(environCase{
+		name: "an inherited empty mark is removed", ctx: setThread,
+		inherited: append(foreignEnv, execsession.DelegatedChildVar+"="),
 		absent:    []string{execsession.DelegatedChildVar},
+	})
+	both(environCase{
+		name: "a delegated child's command replaces an inherited empty mark", inherited: append(foreignEnv, execsession.DelegatedChildVar+"="),
+		ctx:  func(ctx context.Context) context.Context { return otelsession.WithDelegatedChild(ctx, "child-id") },
+		want: map[string]string{execsession.DelegatedChildVar: "1"},
+	})
+	both(environCase{
+		name: "a delegated child without an id keeps its parent's",
+		ctx: func(ctx context.Context) context.Context {
+			return otelsession.WithDelegatedChild(otelsession.With(ctx, otelsession.FieldSessionID, "root-id"), "")
+		},
+		inherited: foreignEnv,
+		want:      map[string]string{execsession.DelegatedChildVar: "1", idVar: "root-id"},
+		members:   map[string]string{"session.id": "root-id"},
+	})
+	kanbanRun := []string{
+		"HERMES_KANBAN_TASK=t_parent", "HERMES_KANBAN_RUN_ID=18", "HERMES_KANBAN_CLAIM_LOCK=lock",
+		"HERMES_KANBAN_GOAL_MODE=1", "HERMES_KANBAN_GOAL_MAX_TURNS=40",
+		"HERMES_KANBAN_BOARD=default", "HERMES_KANBAN_DB=/srv/kanban/default.db",
+		"HERMES_KANBAN_WORKSPACE=/srv/ws/t_parent", "HERMES_KANBAN_WORKSPACES_ROOT=/srv/ws",
+	}
+	kanbanLocation := map[string]string{
+		"HERMES_KANBAN_BOARD": "default", "HERMES_KANBAN_DB": "/srv/kanban/default.db",
+		"HERMES_KANBAN_WORKSPACE": "/srv/ws/t_parent", "HERMES_KANBAN_WORKSPACES_ROOT": "/srv/ws",
+	}
+	both(environCase{
+		name: "the Kanban run identity is never inherited, the board's location is", ctx: setThread,
+		inherited: append(slices.Clone(foreignEnv), kanbanRun...),
+		want:      kanbanLocation,
+		absent:    fallback.KanbanRunIdentityVars(),
+	})
+	both(environCase{
+		name: "nor by a delegated child", inherited: append(slices.Clone(foreignEnv), kanbanRun...),
+		ctx:    func(ctx context.Context) context.Context { return otelsession.WithDelegatedChild(ctx, "") },
+		want:   kanbanLocation,
+		absent: fallback.KanbanRunIdentityVars(),
 	})
 	both(environCase{
 		name: "stale inherited carriers are removed when the context has none", ctx: nothing,

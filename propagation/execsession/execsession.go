@@ -22,9 +22,12 @@ import (
 // Variables this package writes beside the OTel carriers and the legacy
 // HERMES_* variables.
 const (
-	// DelegatedChildVar is "1" in the environment of a child started from a
-	// delegated child's context, and absent otherwise.
-	DelegatedChildVar = "SESSIONWIRE_DELEGATED_CHILD"
+	// DelegatedChildVar marks the processes of a delegated child's lineage
+	// (fallback.DelegatedChildVar, HERMES_DELEGATED_CHILD_CONTEXT, the
+	// original's name): "1" in a child started from a delegated child's
+	// context, the inherited value in every child of a process that is
+	// itself marked, absent otherwise.
+	DelegatedChildVar = fallback.DelegatedChildVar
 	// CwdVar holds the session's logical working directory (otelsession.Cwd):
 	// the working directory's row of the wire-key table.
 	CwdVar = otelsession.CwdEnv
@@ -38,8 +41,7 @@ const (
 var carrierVars = [...]string{"BAGGAGE", "TRACEPARENT", "TRACESTATE"}
 
 // ErrInvalidVariable: a variable this package reads in a child (a local
-// field, CwdVar, DelegatedChildVar) holds a value the parent could not have
-// written.
+// field, CwdVar) holds a value the parent could not have written.
 var ErrInvalidVariable = errors.New("invalid session variable in the environment")
 
 // Config configures the bridge. Its zero value is ready to use; the
@@ -97,11 +99,14 @@ func FromEnvironment(ctx context.Context) (context.Context, error) {
 // the "KEY=value" form of os.Environ and exec.Cmd.Env. Entries of inherited
 // that the bridge does not manage are kept, in their order; the managed ones
 // follow: the legacy HERMES_* variables and CwdVar as the leak policy of
-// package fallback decides, DelegatedChildVar when ctx is a delegated
-// child, and the OTel carriers the propagator injects. BAGGAGE, TRACEPARENT,
-// TRACESTATE and every other name the propagator uses are removed from
-// inherited first, so only what ctx holds reaches the child. inherited is not
-// modified, and the current process's environment is never written.
+// package fallback decides, DelegatedChildVar as fallback.DelegatedMark
+// decides (stamped when ctx is a delegated child, kept when inherited), and
+// the OTel carriers the propagator injects. BAGGAGE, TRACEPARENT, TRACESTATE
+// and every other name the propagator uses are removed from inherited first,
+// so only what ctx holds reaches the child; so is the Kanban run identity
+// (fallback.IsKanbanRunIdentity), which belongs to this process alone.
+// inherited is not modified, and the current process's environment is never
+// written.
 func (c Config) Environ(ctx context.Context, inherited []string) []string {
 	if ctx == nil {
 		ctx = context.Background()
@@ -131,6 +136,10 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 		kv, value string
 		present   bool
 	}
+	var mark struct {
+		value   string
+		present bool
+	}
 	env := make([]string, 0, len(inherited)+numVars+len(carriers)+1)
 	for _, kv := range inherited {
 		if kv == "" || !first[kv[0]] {
@@ -142,7 +151,11 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 			seen[i].kv, seen[i].value, seen[i].present = kv, value, true
 			continue
 		}
-		if name == DelegatedChildVar || slices.Contains(replaced, name) {
+		if name == DelegatedChildVar {
+			mark.value, mark.present = value, true
+			continue
+		}
+		if fallback.IsKanbanRunIdentity(name) || slices.Contains(replaced, name) {
 			continue
 		}
 		env = append(env, kv)
@@ -195,8 +208,8 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 			add(varNames[i], d.value)
 		}
 	}
-	if otelsession.IsDelegatedChild(ctx) {
-		env = append(env, DelegatedChildVar+"=1")
+	if v, keep := fallback.DelegatedMark(mark.value, mark.present, otelsession.IsDelegatedChild(ctx)); keep {
+		env = append(env, DelegatedChildVar+"="+v)
 	}
 	for _, kv := range carriers {
 		add(kv[0], kv[1])
@@ -207,13 +220,13 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 // The variables the leak policy decides on: every field, indexed by Field-1,
 // then CwdVar.
 const (
-	numFields = int(otelsession.FieldCronAutoDeliverThreadID)
+	numFields = int(otelsession.FieldCronJobOriginPlatform)
 	cwdIndex  = numFields
 	numVars   = numFields + 1
 )
 
 var varNames = func() (names [numVars]string) {
-	if fs := otelsession.Fields(); len(fs) != numFields || fs[numFields-1] != otelsession.FieldCronAutoDeliverThreadID {
+	if fs := otelsession.Fields(); len(fs) != numFields || fs[numFields-1] != otelsession.FieldCronJobOriginPlatform {
 		panic("execsession: the field schema changed; update numFields")
 	}
 	for _, f := range otelsession.Fields() {
@@ -230,6 +243,9 @@ var managedFirstBytes = func() (first [256]bool) {
 		first[n[0]] = true
 	}
 	first[DelegatedChildVar[0]] = true
+	for _, n := range fallback.KanbanRunIdentityVars() {
+		first[n[0]] = true
+	}
 	for _, n := range carrierVars {
 		first[n[0]] = true
 	}
@@ -373,7 +389,8 @@ func (c Config) Command(ctx context.Context, name string, args ...string) *exec.
 // c.Propagator through c.Inbound (propagation.Inbound.Extract, peer transport
 // "env"), then binds the local fields from their legacy variables (present
 // and empty is Cleared, absent is Unset), the working directory from CwdVar,
-// and the delegated-child mark from DelegatedChildVar. Remote fields are read
+// and the delegated-child mark from DelegatedChildVar (any non-empty value,
+// as in the original). Remote fields are read
 // from BAGGAGE only; a field it leaves Unset still reads its legacy variable
 // through otelsession.Getenv. It neither writes the environment nor latches
 // otelsession.Engaged.
@@ -398,12 +415,9 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 	var errs []error
 
 	// The mark is set before extraction, which Resets the session but keeps
-	// the mark: otherwise the session id would have to be bound to set it.
-	switch v, ok := lookup(DelegatedChildVar); {
-	case v == "1":
+	// the mark; the session id then comes from BAGGAGE like every field.
+	if v, _ := lookup(DelegatedChildVar); v != "" {
 		ctx = otelsession.WithDelegatedChild(ctx, "")
-	case ok && v != "":
-		errs = append(errs, fmt.Errorf("%s is not \"1\": %w", DelegatedChildVar, ErrInvalidVariable))
 	}
 
 	type binding struct {

@@ -90,7 +90,7 @@ var reasons = []error{ErrInvalidVariable, propagation.ErrBaggageTooLarge, propag
 //     extracts from BAGGAGE (or, with verify, all Unset, or exactly the
 //     signed fuzzSession: nothing else can carry a valid signature), local
 //     fields and the working directory are the variables' values, the
-//     delegated-child mark is DelegatedChildVar=1, and every Set value is
+//     delegated-child mark is DelegatedChildVar non-empty, and every Set value is
 //     one Bind could produce;
 //   - the same input gives the same outcome twice.
 //
@@ -112,8 +112,8 @@ func FuzzFromEnvironment(f *testing.F) {
 		"BAGGAGE=session.chat_id=%FF",
 		"BAGGAGE=session.sig=v1.fz.1767225600.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
 		"baggage=session.chat_id=lowercase-name",
-		"HERMES_UI_SESSION_ID=\nSESSIONWIRE_CWD=/x\nSESSIONWIRE_DELEGATED_CHILD=1",
-		"SESSIONWIRE_DELEGATED_CHILD=yes",
+		"HERMES_UI_SESSION_ID=\nSESSIONWIRE_CWD=/x\nHERMES_DELEGATED_CHILD_CONTEXT=1",
+		"HERMES_DELEGATED_CHILD_CONTEXT=/home/worker/.hermes/kanban",
 		"HERMES_UI_SESSION_ID=" + strings.Repeat("t", 600),
 		"TRACEPARENT=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nBAGGAGE=app.x=1",
 		"BAGGAGE=" + strings.Repeat("app.k=v,", 70) + "session.chat_id=c",
@@ -201,7 +201,7 @@ func FuzzFromEnvironment(f *testing.F) {
 			if cwd, _ := env.lookup(CwdVar); otelsession.Cwd(ctx) != cwd {
 				t.Fatalf("working directory %q, the variable says %q", otelsession.Cwd(ctx), cwd)
 			}
-			if d, _ := env.lookup(DelegatedChildVar); otelsession.IsDelegatedChild(ctx) != (d == "1") {
+			if d, _ := env.lookup(DelegatedChildVar); otelsession.IsDelegatedChild(ctx) != (d != "") {
 				t.Fatalf("delegated = %v with %s=%q", otelsession.IsDelegatedChild(ctx), DelegatedChildVar, d)
 			}
 		}

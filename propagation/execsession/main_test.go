@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/sessionwire/sessionwire/fallback"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
@@ -33,6 +34,10 @@ const (
 	modeRelay       = "relay"        // restore the session, start a grandchild with Command, print both
 	modePassThrough = "pass-through" // a fresh, never engaged parent: start a child over a foreign inherited session
 	modeEnvironRows = "environ-rows" // a fresh, never engaged parent: print Environ for the not-engaged table rows
+	// modeRelayPlain restores nothing before it starts a grandchild: a tool
+	// that knows nothing of sessions (Command from context.Background()).
+	modeRelayPlain = "relay-plain"
+	modeWorker     = "kanban-worker" // lineage_test.go: an agent that delegates, started with a Kanban run identity
 )
 
 func TestMain(m *testing.M) {
@@ -64,6 +69,10 @@ type report struct {
 	TraceID    string            `json:"trace_id,omitempty"`
 	Foreign    map[string]string `json:"foreign,omitempty"` // baggage members that are not session fields
 	Grandchild *report           `json:"grandchild,omitempty"`
+	// Kanban holds every HERMES_KANBAN_* variable in the child's environment.
+	Kanban map[string]string `json:"kanban,omitempty"`
+	// SessionIDGetenv is what code reading HERMES_SESSION_ID gets there.
+	SessionIDGetenv string `json:"session_id_getenv"`
 }
 
 // fieldSeen is one field in the child: its state, and what code reading it
@@ -81,6 +90,7 @@ const defaultMark = "<absent>"
 // managedVars are the variables reported in report.Env.
 var managedVars = func() []string {
 	names := []string{"BAGGAGE", "TRACEPARENT", "TRACESTATE", execsession.CwdVar, execsession.DelegatedChildVar}
+	names = append(names, fallback.KanbanRunIdentityVars()...)
 	for _, f := range otelsession.Fields() {
 		names = append(names, f.Name())
 	}
@@ -106,6 +116,12 @@ func runChild(mode string) int {
 		r = restore()
 		ctx, _ := execsession.FromEnvironment(context.Background())
 		r.Grandchild, err = start(execsession.Command(ctx, os.Args[0], "-test.run=^$"), modeReport)
+	case modeRelayPlain:
+		r = restore()
+		r.Grandchild, err = start(execsession.Command(context.Background(), os.Args[0], "-test.run=^$"), modeReport)
+	case modeWorker:
+		w, err := kanbanWorker()
+		return printJSON(w, err)
 	case modePassThrough:
 		r, err = passThrough()
 	case modeEnvironRows:
@@ -158,6 +174,15 @@ func restore() *report {
 		slices.Sort(r.ErrIs)
 	}
 	r.Wd, _ = os.Getwd()
+	r.SessionIDGetenv = otelsession.Getenv(ctx, otelsession.FieldSessionID.Name(), defaultMark)
+	for _, kv := range os.Environ() {
+		if name, value, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "HERMES_KANBAN_") {
+			if r.Kanban == nil {
+				r.Kanban = map[string]string{}
+			}
+			r.Kanban[name] = value
+		}
+	}
 	for _, f := range otelsession.Fields() {
 		v, st := otelsession.Lookup(ctx, f)
 		r.Fields[f.Name()] = fieldSeen{Value: v, State: st.String(), Getenv: otelsession.Getenv(ctx, f.Name(), defaultMark)}

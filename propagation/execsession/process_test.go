@@ -281,7 +281,6 @@ func TestMalformedEnvironmentGivesAnErrorAndAnUnsetSession(t *testing.T) {
 		{"local field in BAGGAGE", []string{"BAGGAGE=session.ui_session_id=tab,session.chat_id=c"}, "propagation.ErrLocalField"},
 		{"local field over the value limit", []string{"BAGGAGE=session.chat_id=c", tabVar + "=" + strings.Repeat("t", 600)}, "ErrInvalidVariable"},
 		{"working directory over the value limit", []string{"BAGGAGE=session.chat_id=c", execsession.CwdVar + "=/" + strings.Repeat("d", 4096)}, "ErrInvalidVariable"},
-		{"delegated-child mark that is not 1", []string{"BAGGAGE=session.chat_id=c", execsession.DelegatedChildVar + "=yes"}, "ErrInvalidVariable"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -96,13 +96,17 @@ var wantAfterHop = map[otelsession.Field]value{
 	otelsession.FieldCronAutoDeliverPlatform:       unset,
 	otelsession.FieldCronAutoDeliverChatID:         set("-100 42"),
 	otelsession.FieldCronAutoDeliverThreadID:       cleared,
+	otelsession.FieldCronJobID:                     set("job 7/α"),
+	otelsession.FieldCronJobOriginUserID:           set("5512345678"),
+	otelsession.FieldCronJobOriginPlatform:         cleared,
 }
 
 // foreign are the application's own members, which must survive as well.
 var foreign = map[string]string{"tenant": "acme corp", "app.request_id": "r-1/ü"}
 
 // boundContext is a context as a gateway builds it: the application's own
-// baggage, a trace, a whole session, cron auto-deliver targets.
+// baggage, a trace, a whole session, cron auto-deliver targets and a cron
+// job's identity.
 func boundContext(t *testing.T) context.Context {
 	t.Helper()
 	var ms []baggage.Member
@@ -118,6 +122,7 @@ func boundContext(t *testing.T) context.Context {
 	require.NoError(t, session.Validate())
 	ctx = otelsession.Bind(ctx, session)
 	ctx = otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "-100 42")
+	ctx = otelsession.WithCronJob(ctx, otelsession.CronJob{ID: "job 7/α", OriginUserID: "5512345678"})
 	return otelsession.With(ctx, otelsession.FieldCronAutoDeliverThreadID, "")
 }
 

@@ -267,7 +267,7 @@ func workerBase(name string) context.Context {
 	} {
 		ctx = otelsession.With(ctx, f, name)
 	}
-	return ctx
+	return otelsession.WithCronJob(ctx, otelsession.CronJob{ID: name, OriginPlatform: name, OriginUserID: name})
 }
 
 func joinLines(lines []string) string { return strings.Join(lines, "\n\t") }

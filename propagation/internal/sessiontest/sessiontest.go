@@ -104,7 +104,8 @@ func WorkerBase() context.Context {
 		Platform: "worker", ChatID: "worker", ThreadID: "worker", UserID: "worker", ScopeID: "worker",
 		UISessionID: "worker", Cron: otelsession.CronOn, Cwd: "/worker", Stateless: true,
 	})
-	return otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "worker")
+	ctx = otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "worker")
+	return otelsession.WithCronJob(ctx, otelsession.CronJob{ID: "worker"})
 }
 
 // WithTenant adds a baggage member that is not a session field.
