@@ -24,10 +24,20 @@
 //
 // # The schema
 //
-// One table declares every field: its legacy environment name
-// ([Field.Name]), its key ([Field.Key]: "session." and the name lower-cased
-// without HERMES_ and a leading SESSION_, such as session.chat_id,
-// session.key, session.id) and its [Scope]. Remote fields are baggage members.
+// One table, the wire-key table ([Specs], a [Spec] per row), declares every
+// key of the session namespace: its legacy environment name ([Field.Name]),
+// its key ([Field.Key]: "session." and the name lower-cased without HERMES_
+// and a leading SESSION_, such as session.chat_id, session.key, session.id),
+// its [Class] (identity, display, local, control), the limit of its value,
+// whether a signature covers it and its default redaction on spans and logs.
+// Binding, the inbound and outbound policies of package propagation,
+// signing, redaction, the child-process environment and the operator tools
+// all read it, and validate values with the one rule, [ValidateValue]: a
+// value Bind accepts is accepted by every receiving edge, and the reverse.
+// The namespace is owned ([OwnedKey]): a member whose key decodes or
+// case-folds into session. but is not a row in its canonical spelling is
+// dropped by the writers here, refused inbound and stripped outbound.
+// Remote fields (every class but local) are baggage members.
 // Local fields (the UI session id and the two browser-control fields) and the
 // logical working directory ([Cwd]) never leave the process over the network:
 // any OTel propagator forwards every baggage member it sees, so they are kept
@@ -63,7 +73,7 @@
 //
 // The context's baggage is the truth for remote fields: baggage built by any
 // code (a stock propagator, baggage.ContextWithBaggage) reads back through
-// Lookup; nothing is cached beside it. Members that are not session fields
+// Lookup; nothing is cached beside it. Members outside the session namespace
 // pass through Bind, Clear and Reset untouched, and the session's own members
 // are written in one pass (one baggage.New, never one map copy per field).
 //
@@ -73,10 +83,17 @@
 // application's own baggage. A full session is 16 members and about 500
 // bytes. Writers never fail and never bind part of a session:
 //
-//   - a value that is not valid UTF-8, holds a NUL byte or is longer than
-//     [MaxValueBytes] is refused. Bind then binds the whole session Cleared
-//     (a refused message has no identity, rather than half of one); With binds
+//   - an identity or local value that [ValidateValue] refuses (a control
+//     character, bytes that are not UTF-8 or U+FFFD, longer than its row's
+//     limit) is refused. Bind then binds the whole session Cleared (a
+//     refused message has no identity, rather than half of one); With binds
 //     that one field Cleared;
+//   - a display value (chat or user name) too long is cut at a UTF-8
+//     boundary, and one that holds an unusable character is bound Cleared;
+//     the rest of the session is bound as given, so a long chat name never
+//     costs a message its thread. Each kind is reported once per field
+//     (wrapping [ErrValueTruncated] or [ErrValueDropped]) and counted in the
+//     sessionwire.session.values metric;
 //   - if the session's own members do not fit 8192 bytes, Bind likewise binds
 //     it Cleared;
 //   - if the application's baggage leaves too little room, members that are
