@@ -355,7 +355,7 @@ func TestPolicyMetrics(t *testing.T) {
 			for _, dp := range sum.DataPoints {
 				key := m.Name
 				for _, kv := range dp.Attributes.ToSlice() {
-					key += " " + string(kv.Key) + "=" + kv.Value.Emit()
+					key += " " + string(kv.Key) + "=" + kv.Value.String()
 				}
 				got[key] += dp.Value
 			}

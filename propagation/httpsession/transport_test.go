@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.opentelemetry.io/otel/baggage"
+
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/httpsession"
@@ -184,5 +186,33 @@ func TestTransportCloseIdleConnectionsReachesBase(t *testing.T) {
 	(&http.Client{Transport: &httpsession.Transport{Base: base}}).CloseIdleConnections()
 	if base.closed.Load() != 1 {
 		t.Errorf("Base.CloseIdleConnections called %d times, want 1", base.closed.Load())
+	}
+}
+
+// A session value that no edge would accept, written into the baggage by
+// code other than otelsession's writers, is withheld rather than sent to be
+// refused one hop later, and the reason reaches otel.Handle.
+func TestTransportWithholdsAnInvalidSession(t *testing.T) {
+	got := make(chan received, 1)
+	internal := serve(t, recorder(got))
+	client := &http.Client{Transport: &httpsession.Transport{Propagator: w3c,
+		Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{hostOf(t, internal.URL)}}))}}
+	t.Cleanup(client.CloseIdleConnections)
+
+	m, err := baggage.NewMemberRaw("session.thread_id", "17585\nX-Injected: yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := baggage.New(m)
+	req, err := http.NewRequestWithContext(baggage.ContextWithBaggage(context.Background(), b), http.MethodGet, internal.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, client, req, got)
+	if r.hasSessionMember() {
+		t.Errorf("an invalid session was sent: %q", r.baggage)
+	}
+	if !reported.contains("httpsession: outgoing request") {
+		t.Error("the withheld session was not reported to otel.Handle")
 	}
 }
