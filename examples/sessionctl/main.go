@@ -52,6 +52,7 @@ type fieldReport struct {
 	Name   string  `json:"name"`
 	Key    string  `json:"key"`
 	Scope  string  `json:"scope"`
+	Class  string  `json:"class"` // from the wire-key table: identity, display, local
 	State  string  `json:"state"`
 	Value  string  `json:"value,omitempty"`
 	Legacy *string `json:"legacy_env,omitempty"` // env mode: the HERMES_* variable, when present
@@ -139,7 +140,7 @@ func decode(source string, lines []string, legacy func(string) (string, bool)) r
 	raw, _ := baggage.New(members...)
 	ctx := baggage.ContextWithBaggage(context.Background(), raw)
 	for _, m := range raw.Members() {
-		if !strings.HasPrefix(m.Key(), otelsession.KeyPrefix) {
+		if !otelsession.OwnedKey(m.Key()) { // the session namespace, in any spelling, is not "other"
 			r.Foreign = append(r.Foreign, m.Key())
 		}
 	}
@@ -165,7 +166,7 @@ func decode(source string, lines []string, legacy func(string) (string, bool)) r
 				v, st = m.Value(), otelsession.Set
 			}
 		}
-		row := fieldReport{Name: f.Name(), Key: f.Key(), Scope: f.Scope().String(), State: st.String(), Value: v}
+		row := fieldReport{Name: f.Name(), Key: f.Key(), Scope: f.Scope().String(), Class: f.Class().String(), State: st.String(), Value: v}
 		if legacy != nil {
 			if lv, ok := legacy(f.Name()); ok {
 				row.Legacy = &lv
@@ -197,9 +198,9 @@ func printTable(w io.Writer, r report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	withLegacy := r.Source == "env"
 	if withLegacy {
-		fmt.Fprintln(tw, "KEY\tSCOPE\tSTATE\tVALUE\tENVIRONMENT")
+		fmt.Fprintln(tw, "KEY\tCLASS\tSTATE\tVALUE\tENVIRONMENT")
 	} else {
-		fmt.Fprintln(tw, "KEY\tSCOPE\tSTATE\tVALUE")
+		fmt.Fprintln(tw, "KEY\tCLASS\tSTATE\tVALUE")
 	}
 	for _, f := range r.Fields {
 		value := fmt.Sprintf("%q", f.Value)
@@ -211,9 +212,9 @@ func printTable(w io.Writer, r report) error {
 			if f.Legacy != nil {
 				env = fmt.Sprintf("%q", *f.Legacy)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Key, f.Scope, f.State, value, env)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Key, f.Class, f.State, value, env)
 		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Key, f.Scope, f.State, value)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Key, f.Class, f.State, value)
 		}
 	}
 	if err := tw.Flush(); err != nil {
