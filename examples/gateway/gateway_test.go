@@ -155,7 +155,7 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 	// services they call and the NATS connection.
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	nc, _, err := connect(ctx, url, "test")
+	nc, _, err := connect(ctx, url, "test", layout{})
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 
