@@ -228,7 +228,7 @@ func (s summary) notes() string {
 			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
 	}
 	if s.Interrupted {
-		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then\n")
+		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then (lost: not arrived yet)\n")
 	}
 	return b.String()
 }

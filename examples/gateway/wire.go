@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -116,41 +117,45 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 			return fmt.Errorf("create stream %s with %d replicas: %w", s.Name, s.Replicas, err)
 		}
 	}
+	// The router reads a delivery record to decide whether to deliver, so
+	// reads go to the bucket's leader, never to a follower that may not have
+	// the latest record yet: direct gets, which any replica may answer, are
+	// turned off on the bucket's stream.
 	kvReplicas := keptReplicas(ctx, js, "KV_"+deliveredKV, replicas, l.update)
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour,
-		Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil {
-		return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
-	}
-	// The router reads a delivery record to decide whether to deliver:
-	// reads go to the bucket's leader, never to a follower that may not
-	// have the latest record yet (a direct get may be served by any replica).
 	kvs, err := js.Stream(ctx, "KV_"+deliveredKV)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour,
+			Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
+		}
+		kvs, err = js.Stream(ctx, "KV_"+deliveredKV)
+	}
 	if err != nil {
 		return fmt.Errorf("open the stream of bucket %s: %w", deliveredKV, err)
 	}
-	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
+	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect || cfg.Replicas != kvReplicas {
+		cfg.AllowDirect, cfg.Replicas = false, kvReplicas
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("make bucket %s read from its leader: %w", deliveredKV, err)
+			return fmt.Errorf("configure bucket %s: %w", deliveredKV, err)
 		}
 	}
 	return nil
 }
 
 // keptReplicas is the replica count to configure for a stream: want, unless
-// the stream exists with fewer and update is false, which is reported.
+// the stream exists with another count and update is false. Fewer than
+// wanted is reported.
 func keptReplicas(ctx context.Context, js jetstream.JetStream, name string, want int, update bool) int {
 	s, err := js.Stream(ctx, name)
-	if err != nil {
+	if err != nil || update {
 		return want // not there yet (or not readable: creating it will say why)
 	}
 	have := s.CachedInfo().Config.Replicas
-	if have < want && !update {
+	if have < want {
 		fmt.Fprintf(os.Stderr, "gateway: stream %s keeps %d replica(s), fewer than the %d asked for: "+
 			"losing its server stops it; --update-replicas raises it (JetStream copies its data)\n", name, have, want)
-		return have
 	}
-	return want
+	return have
 }
 
 // consumer returns the durable pull consumer of a stream, shared by every
