@@ -16,11 +16,13 @@
 //	go run ./examples/gateway                          # everything, on an embedded NATS server
 //	go run ./examples/gateway --session-store=env      # the same load with the original bug
 //	go run ./examples/gateway --chaos                  # workers as processes, killed and restarted
+//	go run ./examples/gateway --nats-cluster 3 --fault nats-kill   # a NATS node lost mid-run
 //	go run ./examples/gateway --json                   # the summary for scripts
 //
 // The same roles run as separate processes, on separate machines, against a
 // NATS cluster (--role gateway|worker|router|load, --nats-url); see the
-// README. Exit status 1 means something was misrouted, lost or duplicated.
+// README. Exit status 1 means something was misrouted, lost, shown twice or
+// never posted; 130, that the run was interrupted (its summary is printed).
 package main
 
 import (

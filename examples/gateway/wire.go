@@ -186,21 +186,27 @@ func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
 	}
 }
 
-// onceLog prints an error the first time it occurs in a row: a lost node
-// makes the same error repeat every heartbeat until the cluster recovers.
+// onceLog prints each kind of error once in 30 s: a lost node makes the
+// same few errors repeat every heartbeat, on every consumer, until the
+// cluster has recovered.
 type onceLog struct {
-	who  string
-	mu   sync.Mutex
-	last string
+	who     string
+	mu      sync.Mutex
+	printed map[string]time.Time
 }
 
 func (l *onceLog) print(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if msg := err.Error(); msg != l.last {
-		l.last = msg
-		fmt.Fprintf(os.Stderr, "%s: %v (retrying)\n", l.who, err)
+	msg := err.Error()
+	if time.Since(l.printed[msg]) < 30*time.Second {
+		return
 	}
+	if l.printed == nil {
+		l.printed = map[string]time.Time{}
+	}
+	l.printed[msg] = time.Now()
+	fmt.Fprintf(os.Stderr, "%s: %v (retrying)\n", l.who, err)
 }
 
 // publishDeadline bounds how long a publish is retried: well inside the
