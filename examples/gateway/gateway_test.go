@@ -84,11 +84,13 @@ func TestEnvironmentStoreMisroutes(t *testing.T) {
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--session-store", "disk"}, {"--messages", "0"}, {"--workers", "0"}, {"--role", "worker"}, {"--bogus"},
-		{"--trust", "10.0.0.0/33"},
+		{"--trust", "10.0.0.0/33"}, {"--nats-cluster", "2"}, {"--nats-cluster", "3", "--nats-url", "nats://127.0.0.1:4222"},
+		{"--fault", "disk-full"}, {"--fault", "nats-kill"}, {"--replicas", "7"}, {"--role", "nats-node", "--node-port", "x"},
 	} {
 		_, err := parseFlags(args)
 		assert.Error(t, err, "%v", args)
 	}
+	assert.ErrorContains(t, run([]string{"--role", "nats-node", "--node-name", "n1"}), "--node-port")
 }
 
 // proc is a role running as its own OS process.

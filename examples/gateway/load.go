@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -372,7 +373,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout)); err != nil {
-				postErr.print(err)
+				postErr.print(errors.New(strings.Replace(err.Error(), msgs[i].id, "a message", 1))) // once per kind
 				notPosted[i] = true
 				return
 			}

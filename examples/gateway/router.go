@@ -92,7 +92,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		// Unknown whether it was delivered (the bucket has no leader right
 		// now): ask again later rather than guess.
-		rt.errs.print(fmt.Errorf("read a delivery record: %w", err))
+		rt.errs.print(fmt.Errorf("read a delivery record: %w (asking again later)", err))
 		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
 	}

@@ -182,7 +182,9 @@ func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
 		jetstream.PullMaxMessages(max),
 		jetstream.PullExpiry(5 * time.Second),
 		jetstream.PullHeartbeat(time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { log.print(err) }),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			log.print(fmt.Errorf("%w (pulling again)", err))
+		}),
 	}
 }
 
@@ -206,7 +208,7 @@ func (l *onceLog) print(err error) {
 		l.printed = map[string]time.Time{}
 	}
 	l.printed[msg] = time.Now()
-	fmt.Fprintf(os.Stderr, "%s: %v (retrying)\n", l.who, err)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", l.who, err)
 }
 
 // publishDeadline bounds how long a publish is retried: well inside the
