@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 func testConfig(t *testing.T, extra ...string) config {
 	t.Helper()
 	c, err := parseFlags(append([]string{"--messages", "400", "--conversations", "80", "--think", "5ms",
-		"--ack-wait", "1s", "--timeout", "60s"}, extra...))
+		"--ack-wait", "1s", "--timeout", "120s"}, extra...))
 	require.NoError(t, err)
 	return c
 }

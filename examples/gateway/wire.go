@@ -172,16 +172,19 @@ func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, 
 
 // consumeOptions are the pull settings of every consumer: at most max
 // messages fetched ahead (see worker.run), and pull requests that expire
-// after 5 s with a heartbeat every second. A pull request lives on the
-// consumer's leader: when that node is lost, the missing heartbeats (2 s)
-// make the client pull again, from the new leader, instead of waiting out
-// the library's default 30 s expiry. Errors are logged once per kind.
+// after 10 s with a heartbeat every 2 s. A pull request lives on the
+// consumer's leader: when that node is lost, the missing heartbeats (4 s,
+// within the 4 to 9 s the survivors take to elect a new leader) make the
+// client pull again, from the new leader, instead of waiting out the
+// library's default 30 s expiry. A shorter heartbeat would not bring the new
+// leader sooner, and on a starved machine a late heartbeat would be taken
+// for a lost node, pulling twice. Errors are logged once per kind.
 func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
 	log := &onceLog{who: who}
 	return []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(max),
-		jetstream.PullExpiry(5 * time.Second),
-		jetstream.PullHeartbeat(time.Second),
+		jetstream.PullExpiry(10 * time.Second),
+		jetstream.PullHeartbeat(2 * time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			log.print(fmt.Errorf("%w (pulling again)", err))
 		}),
