@@ -211,8 +211,14 @@ func propagatorFor(store string) propagation.TextMapPropagator {
 func connect(ctx context.Context, url, name string, l layout) (*nats.Conn, jetstream.JetStream, error) {
 	// A lost server closes its connections at once: try the others without
 	// the default 2 s pause, and forever.
+	errs := &onceLog{who: name + ": nats"}
 	nc, err := nats.Connect(url, nats.Name("sessionwire-gateway-"+name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond))
+		nats.ReconnectWait(250*time.Millisecond),
+		// The library prints every failed write to a lost server; once per kind is enough.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs.print(err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			fmt.Fprintf(os.Stderr, "%s: reconnected to NATS at %s\n", name, nc.ConnectedUrlRedacted())
+		}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
