@@ -150,12 +150,13 @@ func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (
 	fctx, stopFault := context.WithCancel(ctx)
 	injected := make(chan struct{})
 	go func() { defer close(injected); t.inject(fctx, &posted, clock) }()
-	// Silence means loss after 15 s, or 30 s across a fault: losing a NATS
-	// node costs a leader election (nats-server waits 4 to 9 s for a lost
-	// leader) and the retries that follow it.
+	// Silence means loss after 15 s, or 60 s across a fault: losing a NATS
+	// node costs leader elections (nats-server waits 4 to 9 s for a lost
+	// leader, and a starved machine may need several rounds) and the
+	// retries that follow them. --timeout still bounds the run.
 	idle := 15 * time.Second
 	if c.fault != "" {
-		idle = 30 * time.Second
+		idle = 60 * time.Second
 	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
 		inFlight: 64, timeout: c.timeout, idle: idle, progress: progress, seed: seed,
