@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,6 +62,8 @@ func embeddedNATS() (*server.Server, func(), error) {
 // and the downstream service, on an embedded NATS server unless a URL is given.
 type topology struct {
 	cfg      config
+	cluster  *natsCluster // with --nats-cluster
+	router   *routerProc  // with --fault router-kill: the router in its own process
 	nc       *nats.Conn
 	p        *platforms
 	procs    *workerProcs
@@ -82,7 +83,12 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 			t.stop()
 		}
 	}()
-	if t.cfg.natsURL == "" {
+	if t.cfg.natsNodes > 0 {
+		if t.cluster, err = startNATSCluster(ctx, t.cfg.natsNodes); err != nil {
+			return nil, err
+		}
+		t.shutdown, t.cfg.natsURL = t.cluster.stop, t.cluster.url()
+	} else if t.cfg.natsURL == "" {
 		ns, shutdown, err := embeddedNATS()
 		if err != nil {
 			return nil, err
@@ -94,7 +100,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	t.svcStop = svcStop
 	ctx, t.cancel = context.WithCancel(ctx)
 	var js jetstream.JetStream
-	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all"); err != nil {
+	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all", t.cfg.layout); err != nil {
 		return nil, err
 	}
 	if t.tp, err = demotrace.NewProvider(ctx, "gateway", t.traces); err != nil {
@@ -108,10 +114,17 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, t.done); err != nil {
 		return nil, err
 	}
-	if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, t.done); err != nil {
-		return nil, err
+	if t.cfg.fault == faultRouter {
+		t.router = &routerProc{cfg: t.cfg}
+		if err := t.router.start(); err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, t.done); err != nil {
+			return nil, err
+		}
+		t.running++
 	}
-	t.running++
 	if t.cfg.chaos {
 		t.procs = &workerProcs{cfg: t.cfg}
 		if err := t.procs.start(t.cfg.workers); err != nil {
@@ -129,13 +142,102 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	return t, nil
 }
 
-// drive sends one load through the topology.
+// drive sends one load through the topology, and injects its fault.
 func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (summary, error) {
 	c := t.cfg
+	var posted atomic.Int64
+	clock := &faultClock{}
+	fctx, stopFault := context.WithCancel(ctx)
+	injected := make(chan struct{})
+	go func() { defer close(injected); t.inject(fctx, &posted, clock) }()
+	// Silence means loss after 15 s, or 60 s across a fault: losing a NATS
+	// node costs leader elections (nats-server waits 4 to 9 s for a lost
+	// leader, and a starved machine may need several rounds) and the
+	// retries that follow them. --timeout still bounds the run.
+	idle := 15 * time.Second
+	if c.fault != "" {
+		idle = 60 * time.Second
+	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
-		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: progress, seed: seed}, t.nc, t.p)
+		inFlight: 64, timeout: c.timeout, idle: idle, progress: progress, seed: seed,
+		posted: &posted, faults: clock}, t.nc, t.p)
+	stopFault()
+	<-injected
 	s.Store = c.store
 	return s, err
+}
+
+// The failures --fault injects, a third of the way through the run.
+const (
+	faultNATSKill    = "nats-kill"         // SIGKILL a NATS node, not restarted
+	faultNATSRestart = "nats-restart"      // SIGKILL a NATS node, restarted 5 s later
+	faultNATSPosting = "nats-kill-posting" // SIGKILL a NATS node while the load is still being posted
+	faultRouter      = "router-kill"       // SIGKILL the router process, and start another
+)
+
+var faultNames = []string{faultNATSKill, faultNATSRestart, faultNATSPosting, faultRouter}
+
+// inject waits for a third of the messages to be delivered (or, for
+// nats-kill-posting, posted), then injects the fault and records when.
+func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faultClock) {
+	if t.cfg.fault == "" {
+		return
+	}
+	at := int64(t.cfg.messages / 3)
+	for ctx.Err() == nil {
+		var n int64
+		if t.cfg.fault == faultNATSPosting {
+			n = posted.Load()
+		} else {
+			t.p.mu.Lock()
+			n = int64(len(t.p.deliveries))
+			t.p.mu.Unlock()
+		}
+		if n >= at {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	switch t.cfg.fault {
+	case faultRouter:
+		if err := t.router.kill(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			return
+		}
+		clock.set("router SIGKILLed, restarted")
+		if err := t.router.start(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+		}
+	default:
+		// The node to lose is the leader of the jobs stream, which every
+		// message passes through: the worst case, a leader election.
+		i := 0
+		if js, err := jetstream.New(t.nc); err == nil {
+			if s, err := js.Stream(ctx, jobsStream); err == nil && s.CachedInfo().Cluster != nil {
+				i = max(0, t.cluster.index(s.CachedInfo().Cluster.Leader))
+			}
+		}
+		if err := t.cluster.kill(i); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			return
+		}
+		what := fmt.Sprintf("NATS node %s (leader of %s) SIGKILLed", t.cluster.nodes[i].name, jobsStream)
+		if t.cfg.fault == faultNATSPosting {
+			what += " while posting"
+		}
+		if t.cfg.fault != faultNATSRestart {
+			clock.set(what)
+			return
+		}
+		clock.set(what + ", restarted 5 s later")
+		time.Sleep(5 * time.Second) // even if the run has ended: the restart is part of the fault
+		if err := t.cluster.start(i); err != nil {
+			fmt.Fprintln(os.Stderr, "fault: restart:", err)
+		}
+	}
 }
 
 // stop ends the roles first, waiting for their work in flight, then the
@@ -143,6 +245,9 @@ func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (
 func (t *topology) stop() {
 	if t.procs != nil {
 		t.procs.stop()
+	}
+	if t.router != nil {
+		t.router.stop()
 	}
 	if t.cancel != nil {
 		t.cancel()
@@ -199,7 +304,7 @@ func runLoad(ctx context.Context, c config) error {
 	if c.ingressURL == "" {
 		return errors.New("--role load needs --ingress-url")
 	}
-	nc, _, err := connect(ctx, c.natsURL, "load")
+	nc, _, err := connect(ctx, c.natsURL, "load", c.layout)
 	if err != nil {
 		return err
 	}
@@ -217,6 +322,9 @@ func runLoad(ctx context.Context, c config) error {
 		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed}, nc, p)
 	if err != nil {
 		return err
+	}
+	if s.Interrupted {
+		fmt.Fprintln(os.Stderr, "load: interrupted; what happened until then:")
 	}
 	s.Store = c.store
 	return printSummary(c, s)
@@ -254,28 +362,13 @@ func (w *workerProcs) args() []string {
 	c := w.cfg
 	return []string{"--role", "worker", "--nats-url", c.natsURL, "--downstream-url", c.downstreamURL,
 		"--session-store", c.store, "--concurrency", fmt.Sprint(c.concurrency), "--think", c.think.String(),
-		"--ack-wait", c.ackWait.String()}
+		"--ack-wait", c.ackWait.String(), "--replicas", fmt.Sprint(c.layout.replicas)}
 }
 
 // spawn starts one worker process and waits until it says it is ready.
 func (w *workerProcs) spawn() (*exec.Cmd, error) {
-	cmd := exec.Command(os.Args[0], w.args()...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("start a worker process: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start a worker process: %w", err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready worker") {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("a worker process did not become ready (%q): %v", line, err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return cmd, nil
+	cmd, _, err := spawnReady("worker", w.args()...)
+	return cmd, err
 }
 
 func (w *workerProcs) start(n int) error {
@@ -334,4 +427,56 @@ func (w *workerProcs) stop() {
 		t.Stop()
 	}
 	w.procs = nil
+}
+
+// routerProc is the router in a child process, to be killed like a crash.
+type routerProc struct {
+	cfg config
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func (r *routerProc) start() error {
+	c := r.cfg
+	cmd, _, err := spawnReady("router", "--role", "router", "--nats-url", c.natsURL, "--platform-url", c.platformURL,
+		"--concurrency", fmt.Sprint(c.concurrency), "--ack-wait", c.ackWait.String(),
+		"--replicas", fmt.Sprint(c.layout.replicas))
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cmd = cmd
+	r.mu.Unlock()
+	return nil
+}
+
+// kill ends the router with SIGKILL: whatever it was delivering is neither
+// recorded nor acknowledged.
+func (r *routerProc) kill() error {
+	r.mu.Lock()
+	cmd := r.cmd
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return errors.New("the router process is not running")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill the router: %w", err)
+	}
+	_ = cmd.Wait()
+	return nil
+}
+
+// stop ends the router: SIGTERM, then SIGKILL after 5 s.
+func (r *routerProc) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.AfterFunc(5*time.Second, func() { _ = r.cmd.Process.Kill() })
+	_ = r.cmd.Wait()
+	t.Stop()
+	r.cmd = nil
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,6 +117,10 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 	return s, j, s.Validate()
 }
 
+// ingressDeadline bounds how long the ingress retries queueing a message
+// before it answers 503 and leaves the retry to the platform.
+const ingressDeadline = 8 * time.Second
+
 // ingress is the gateway role: POST /v1/{platform}/messages binds the
 // message's session and queues it.
 func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetStream) http.Handler {
@@ -137,7 +143,12 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 		}
 		msg := &nats.Msg{Subject: jobsSubject + platform, Data: body, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, "job-"+j.ID) // a retried post is queued once
-		if _, err := pub.PublishJetStream(ctx, js, msg); err != nil {
+		// Retried with the same id while a leader is elected after a node
+		// loss, within the poster's patience (the load driver waits 10 s).
+		if err := retry(ctx, ingressDeadline, func(ctx context.Context) error {
+			_, err := pub.PublishJetStream(ctx, js, msg)
+			return err
+		}); err != nil {
 			http.Error(w, "gateway: queue the message: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

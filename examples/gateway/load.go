@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,30 +113,52 @@ func plan(n, conv int, seed uint64) []message {
 	return msgs
 }
 
-// platforms stands in for the chat APIs: it records what it is sent.
+// platforms stands in for the chat APIs: it records what it is sent. Like
+// a platform with idempotent posts (Discord's nonce with enforce_nonce, an
+// Idempotency-Key header elsewhere), it shows a post whose key it has seen
+// once, answers it as a success, and counts it as sent twice.
 type platforms struct {
 	mu         sync.Mutex
 	deliveries []delivery
+	keys       map[string]bool // idempotency keys of the posts shown
+	resent     int             // posts whose key was shown already
 	arrived    chan struct{}
 }
 
-func newPlatforms() *platforms { return &platforms{arrived: make(chan struct{}, 1)} }
+func newPlatforms() *platforms {
+	return &platforms{arrived: make(chan struct{}, 1), keys: map[string]bool{}}
+}
 
 // reset forgets what was delivered, before another run on the same topology.
 func (p *platforms) reset() {
 	p.mu.Lock()
-	p.deliveries = nil
+	p.deliveries, p.keys, p.resent = nil, map[string]bool{}, 0
 	p.mu.Unlock()
 }
 
 func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var d delivery
-	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&d.notification); err != nil {
+	var post platformPost
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&post); err != nil {
 		http.Error(w, "platform: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	d.Platform, d.At = r.URL.Path[1:], time.Now()
+	key := r.Header.Get("Idempotency-Key")
+	if post.EnforceNonce {
+		key = post.Nonce
+	}
+	d := delivery{notification: post.notification, Platform: r.URL.Path[1:], At: time.Now()}
 	p.mu.Lock()
+	if key != "" {
+		key = d.Platform + "/" + key
+	}
+	if key != "" && p.keys[key] {
+		p.resent++
+		p.mu.Unlock()
+		return // already shown: the same answer, nothing new in the chat
+	}
+	if key != "" {
+		p.keys[key] = true
+	}
 	p.deliveries = append(p.deliveries, d)
 	p.mu.Unlock()
 	select {
@@ -153,8 +178,11 @@ type summary struct {
 	Refused            int     `json:"refused"`
 	ExpectedRefused    int     `json:"expected_refusals"`
 	ForgedRefused      int     `json:"forged_refused"` // notifications whose session did not verify, never delivered
+	NotPosted          int     `json:"not_posted"`     // the ingress refused them until the driver gave up
 	Lost               int     `json:"lost"`
-	Duplicates         int     `json:"duplicates"`
+	Duplicates         int     `json:"duplicates"`           // shown twice in a chat
+	RouterResends      int     `json:"sent_twice_by_router"` // posts the platform's idempotency key caught
+	Interrupted        bool    `json:"interrupted,omitempty"`
 	ToolMismatch       int     `json:"tool_saw_another_session"`
 	DownstreamMismatch int     `json:"downstream_saw_another_session"`
 	BrokenPromises     int     `json:"completions_to_stateless_channels"`
@@ -165,9 +193,12 @@ type summary struct {
 	CompletionP50ms    float64 `json:"completion_latency_p50_ms"`
 	CompletionP99ms    float64 `json:"completion_latency_p99_ms"`
 	PeakRSSMiB         float64 `json:"peak_rss_mib"`
+	Fault              *fault  `json:"fault,omitempty"`
 }
 
-func (s summary) ok() bool { return s.Misrouted == 0 && s.Lost == 0 && s.Duplicates == 0 }
+func (s summary) ok() bool {
+	return s.Misrouted == 0 && s.Lost == 0 && s.Duplicates == 0 && s.NotPosted == 0 && !s.Interrupted
+}
 
 func (s summary) String() string {
 	return fmt.Sprintf(`session store        %s
@@ -178,17 +209,97 @@ delivered            %d
 misrouted            %d
 refused              %d   (expected %d: replies and completions of scoped messages sent without their scope)
 forged refused       %d   (notifications without a session signed by the gateway's key: never delivered)
+not posted           %d   (the ingress refused them until the driver gave up)
 lost                 %d
-duplicates           %d
+duplicates           %d   (shown twice in a chat)
+sent twice           %d   (by the router; the platform's idempotency key showed them once)
 tool saw another     %d   (child processes that read another conversation's session)
 downstream saw other %d
 throughput           %.0f messages/s   (%.1f s)
 reply latency        p50 %.1f ms   p99 %.1f ms
 completion latency   p50 %.1f ms   p99 %.1f ms
 peak RSS             %.0f MiB (this process)
-`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.ForgedRefused, s.Lost,
-		s.Duplicates, s.ToolMismatch, s.DownstreamMismatch, s.Throughput, s.Seconds, s.ReplyP50ms, s.ReplyP99ms,
-		s.CompletionP50ms, s.CompletionP99ms, s.PeakRSSMiB)
+%s`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.ForgedRefused, s.NotPosted, s.Lost,
+		s.Duplicates, s.RouterResends, s.ToolMismatch, s.DownstreamMismatch, s.Throughput, s.Seconds, s.ReplyP50ms, s.ReplyP99ms,
+		s.CompletionP50ms, s.CompletionP99ms, s.PeakRSSMiB, s.notes())
+}
+
+func (s summary) notes() string {
+	var b strings.Builder
+	if f := s.Fault; f != nil {
+		fmt.Fprintf(&b, "fault                %s at %.1f s: first delivery %.0f ms after it, longest pause %.0f ms; "+
+			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
+	}
+	if s.Interrupted {
+		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then (lost: not arrived yet)\n")
+	}
+	return b.String()
+}
+
+// fault is a failure injected during a run, and what it cost.
+type fault struct {
+	What            string  `json:"what"`
+	AtSeconds       float64 `json:"at_seconds"`                   // since the run started
+	FirstDeliveryMs float64 `json:"first_delivery_after_ms"`      // from the fault to the next delivery
+	LongestPauseMs  float64 `json:"longest_pause_after_ms"`       // between deliveries, from the fault on
+	RateBefore      float64 `json:"deliveries_per_second_before"` // from the first delivery to the fault
+	RateAfter       float64 `json:"deliveries_per_second_after"`  // from the first delivery after it to the last
+}
+
+// faultClock is where the fault injector says what it did and when.
+type faultClock struct {
+	mu   sync.Mutex
+	what string
+	at   time.Time
+}
+
+func (f *faultClock) set(what string) {
+	f.mu.Lock()
+	f.what, f.at = what, time.Now()
+	f.mu.Unlock()
+}
+
+func (f *faultClock) get() (string, time.Time) {
+	if f == nil {
+		return "", time.Time{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.what, f.at
+}
+
+// measure is what a fault at `at` cost the deliveries, in arrival order.
+func measure(what string, start, at time.Time, ds []delivery) *fault {
+	f := &fault{What: what, AtSeconds: at.Sub(start).Seconds()}
+	var before int
+	var first, prev, last time.Time
+	var firstBefore time.Time
+	var after int
+	for _, d := range ds {
+		if d.At.Before(at) {
+			if before == 0 {
+				firstBefore = d.At
+			}
+			before++
+			continue
+		}
+		if first.IsZero() {
+			first, prev = d.At, at
+		}
+		f.LongestPauseMs = max(f.LongestPauseMs, float64(d.At.Sub(prev).Microseconds())/1000)
+		prev, last = d.At, d.At
+		after++
+	}
+	if before > 1 && at.After(firstBefore) {
+		f.RateBefore = float64(before) / at.Sub(firstBefore).Seconds()
+	}
+	if !first.IsZero() {
+		f.FirstDeliveryMs = float64(first.Sub(at).Microseconds()) / 1000
+		if after > 1 && last.After(first) {
+			f.RateAfter = float64(after-1) / last.Sub(first).Seconds()
+		}
+	}
+	return f
 }
 
 type driverConfig struct {
@@ -199,6 +310,8 @@ type driverConfig struct {
 	timeout       time.Duration // for every expected delivery
 	idle          time.Duration // give up earlier when nothing new arrives for this long
 	progress      io.Writer     // a progress line per second; nil for none
+	posted        *atomic.Int64 // if set, counts the messages the ingress accepted
+	faults        *faultClock   // if set, where a fault injector records what it did
 	seed          uint64
 }
 
@@ -250,35 +363,43 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	start := time.Now()
 	client := &http.Client{Timeout: 10 * time.Second}
 	sem := make(chan struct{}, cfg.inFlight)
-	var sendErr error
-	var errMu sync.Mutex
+	notPosted := make([]bool, len(msgs))
+	var postErr onceLog
+	postErr.who = "load"
 	var wg sync.WaitGroup
 	for i := range msgs {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			notPosted[i] = true // interrupted before it was sent
+			continue
+		}
 		msgs[i].sentAt = time.Now()
 		wg.Go(func() {
 			defer func() { <-sem }()
-			platform, body := msgs[i].body()
-			b, _ := json.Marshal(body)
-			resp, err := client.Post(cfg.ingressURL+"/v1/"+platform+"/messages", "application/json", bytes.NewReader(b))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					err = fmt.Errorf("the ingress answered %s for message %s", resp.Status, msgs[i].id)
-				}
+			if err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout)); err != nil {
+				postErr.print(errors.New(strings.Replace(err.Error(), msgs[i].id, "a message", 1))) // once per kind
+				notPosted[i] = true
+				return
 			}
-			if err != nil {
-				errMu.Lock()
-				if sendErr == nil {
-					sendErr = err
-				}
-				errMu.Unlock()
+			if cfg.posted != nil {
+				cfg.posted.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	if sendErr != nil {
-		return sum, fmt.Errorf("send the load: %w", sendErr)
+	for i := range msgs {
+		if !notPosted[i] {
+			continue
+		}
+		sum.NotPosted++
+		r, c := msgs[i].expected()
+		sum.Expected -= btoi(r) + btoi(c)
+		if msgs[i].conv.noScope {
+			sum.ExpectedRefused -= 1 + btoi(msgs[i].background)
+		}
 	}
 
 	// Wait for every expected delivery and refusal, printing progress.
@@ -315,11 +436,15 @@ wait:
 		case <-deadline:
 			break wait
 		case <-ctx.Done():
-			return sum, ctx.Err()
+			break wait
 		}
 	}
-	// Late duplicates would arrive just after: give them a moment.
-	time.Sleep(300 * time.Millisecond)
+	if ctx.Err() != nil {
+		sum.Interrupted = true
+	} else {
+		// Late duplicates would arrive just after: give them a moment.
+		time.Sleep(300 * time.Millisecond)
+	}
 	elapsed := time.Since(start)
 	if cfg.progress != nil {
 		fmt.Fprintf(cfg.progress, "\r%60s\r", "")
@@ -369,6 +494,9 @@ wait:
 	sum.Refused, sum.ForgedRefused = len(refused), len(forged)
 	refusedMu.Unlock()
 	for i := range msgs {
+		if notPosted[i] {
+			continue
+		}
 		r, c := msgs[i].expected()
 		if r && seen["reply."+msgs[i].id] == 0 && !refused["reply."+msgs[i].id] {
 			sum.Lost++
@@ -383,7 +511,58 @@ wait:
 	sum.ReplyP50ms, sum.ReplyP99ms = percentile(replyLat, 50), percentile(replyLat, 99)
 	sum.CompletionP50ms, sum.CompletionP99ms = percentile(complLat, 50), percentile(complLat, 99)
 	sum.PeakRSSMiB = peakRSSMiB()
+	sum.RouterResends = p.resent
+	if what, at := cfg.faults.get(); !at.IsZero() {
+		sum.Fault = measure(what, start, at, p.deliveries)
+	}
 	return sum, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// post sends one message to the ingress. A refusal that may pass (503 while
+// the gateway's queue elects a new leader, 429, a lost connection) is tried
+// again, backing off from 100 ms to 2 s, until the deadline: the message id
+// makes a repeated post queue the message once. A 4xx is final.
+func post(ctx context.Context, client *http.Client, ingressURL string, m message, deadline time.Time) error {
+	platform, body := m.body()
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode message %s: %w", m.id, err)
+	}
+	wait := 100 * time.Millisecond
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ingressURL+"/v1/"+platform+"/messages", bytes.NewReader(b))
+		if err != nil {
+			return fmt.Errorf("build the post of message %s: %w", m.id, err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode == http.StatusAccepted:
+				return nil
+			case resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests:
+				return fmt.Errorf("the ingress refused message %s: %s", m.id, resp.Status)
+			}
+			err = fmt.Errorf("the ingress answered %s", resp.Status)
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("post message %s: %w (gave up)", m.id, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 func percentile(v []float64, p int) float64 {

@@ -16,11 +16,13 @@
 //	go run ./examples/gateway                          # everything, on an embedded NATS server
 //	go run ./examples/gateway --session-store=env      # the same load with the original bug
 //	go run ./examples/gateway --chaos                  # workers as processes, killed and restarted
+//	go run ./examples/gateway --nats-cluster 3 --fault nats-kill   # a NATS node lost mid-run
 //	go run ./examples/gateway --json                   # the summary for scripts
 //
 // The same roles run as separate processes, on separate machines, against a
 // NATS cluster (--role gateway|worker|router|load, --nats-url); see the
-// README. Exit status 1 means something was misrouted, lost or duplicated.
+// README. Exit status 1 means something was misrouted, lost, shown twice or
+// never posted; 130, that the run was interrupted (its summary is printed).
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +67,10 @@ type config struct {
 	ackWait       time.Duration
 	timeout       time.Duration
 	chaos         bool
+	fault         string // a failure injected mid-run (role all): see faultNames
+	natsNodes     int    // 0: embedded server; 3 or more: a local cluster of NATS server processes
+	layout        layout
+	node          nodeConfig // role nats-node
 	asJSON        bool
 	seed          uint64
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
@@ -77,6 +84,9 @@ const demoKey = "sessionwire demo key: not a secret, set SESSIONWIRE_SIGNING_KEY
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if err == errInterrupted {
+			os.Exit(130) // as a shell reports a command ended by Ctrl-C
+		}
 		if err != errFailed {
 			fmt.Fprintln(os.Stderr, "gateway:", err)
 		}
@@ -88,10 +98,14 @@ func main() {
 // duplicated (the summary says what).
 var errFailed = fmt.Errorf("the run misrouted, lost or duplicated deliveries")
 
+// errInterrupted: the run was stopped by SIGINT or SIGTERM; the summary of
+// what happened until then was printed.
+var errInterrupted = fmt.Errorf("interrupted")
+
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway, worker, router, load (tool is internal)")
+	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway, worker, router, load (tool and nats-node are internal)")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server or cluster URL; empty starts an embedded server (role all only)")
 	fs.StringVar(&c.store, "session-store", storeBaggage, "where workers keep a job's session: baggage (sessionwire), env (the original bug) or off (no session: routing from the job body)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address of this role's HTTP server (gateway: ingress; load: platforms and downstream)")
@@ -106,6 +120,15 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ackWait, "ack-wait", 3*time.Second, "JetStream redelivers a job not acknowledged within this")
 	fs.DurationVar(&c.timeout, "timeout", 90*time.Second, "how long the driver waits for every delivery")
 	fs.BoolVar(&c.chaos, "chaos", false, "run workers as processes and kill and restart them during the run")
+	fs.StringVar(&c.fault, "fault", "", "inject one failure mid-run: "+strings.Join(faultNames, ", ")+" (the nats- faults need --nats-cluster)")
+	fs.IntVar(&c.natsNodes, "nats-cluster", 0, "start a local NATS cluster of this many server processes (at least 3) instead of the embedded server")
+	fs.IntVar(&c.layout.replicas, "replicas", 0, "copies of every stream and the bucket; 0: 3 on a cluster of at least three servers, else 1")
+	fs.BoolVar(&c.layout.update, "update-replicas", false, "raise the replicas of existing streams that have fewer than --replicas")
+	fs.StringVar(&c.node.name, "node-name", "", "role nats-node: this server's name in the cluster")
+	fs.IntVar(&c.node.port, "node-port", 0, "role nats-node: client port on 127.0.0.1")
+	fs.IntVar(&c.node.clusterPort, "node-cluster-port", 0, "role nats-node: cluster port on 127.0.0.1")
+	fs.StringVar(&c.node.routes, "node-routes", "", "role nats-node: comma-separated nats-route:// URLs of every node")
+	fs.StringVar(&c.node.storeDir, "node-store", "", "role nats-node: the JetStream store directory")
 	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
 	keyID := fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
@@ -135,8 +158,18 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("--messages and --conversations must be positive")
 	case c.workers < 1 || c.concurrency < 1:
 		return c, fmt.Errorf("--workers and --concurrency must be positive")
-	case c.role != "all" && c.role != "tool" && c.natsURL == "":
+	case c.role != "all" && c.role != "tool" && c.role != "nats-node" && c.natsURL == "":
 		return c, fmt.Errorf("--role %s needs --nats-url", c.role)
+	case c.natsNodes != 0 && c.natsNodes < 3:
+		return c, fmt.Errorf("--nats-cluster needs at least 3 servers (a majority must survive a lost one), not %d", c.natsNodes)
+	case c.natsNodes != 0 && c.natsURL != "":
+		return c, fmt.Errorf("--nats-cluster starts its own servers: drop --nats-url")
+	case c.layout.replicas < 0 || c.layout.replicas > 5:
+		return c, fmt.Errorf("--replicas must be between 0 and 5 (JetStream's limit), not %d", c.layout.replicas)
+	case c.fault != "" && !slices.Contains(faultNames, c.fault):
+		return c, fmt.Errorf("--fault must be one of %s, not %q", strings.Join(faultNames, ", "), c.fault)
+	case strings.HasPrefix(c.fault, "nats-") && c.natsNodes == 0:
+		return c, fmt.Errorf("--fault %s kills a NATS server: it needs --nats-cluster 3", c.fault)
 	}
 	return c, nil
 }
@@ -155,6 +188,8 @@ func run(args []string) error {
 	switch c.role {
 	case "all":
 		return runAll(ctx, c)
+	case "nats-node":
+		return runNATSNode(ctx, c.node)
 	case "gateway", "worker", "router":
 		return runRole(ctx, c)
 	case "load":
@@ -173,8 +208,17 @@ func propagatorFor(store string) propagation.TextMapPropagator {
 }
 
 // connect opens NATS and JetStream and makes sure the streams exist.
-func connect(ctx context.Context, url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Name("sessionwire-gateway-"+name), nats.MaxReconnects(-1))
+func connect(ctx context.Context, url, name string, l layout) (*nats.Conn, jetstream.JetStream, error) {
+	// A lost server closes its connections at once: try the others without
+	// the default 2 s pause, and forever.
+	errs := &onceLog{who: name + ": nats"}
+	nc, err := nats.Connect(url, nats.Name("sessionwire-gateway-"+name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		// The library prints every failed write to a lost server; once per kind is enough.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs.print(err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			fmt.Fprintf(os.Stderr, "%s: reconnected to NATS at %s\n", name, nc.ConnectedUrlRedacted())
+		}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
@@ -183,7 +227,7 @@ func connect(ctx context.Context, url, name string) (*nats.Conn, jetstream.JetSt
 		nc.Close()
 		return nil, nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	if err := ensureJetStream(ctx, js); err != nil {
+	if err := ensureJetStream(ctx, nc, js, l); err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
@@ -264,7 +308,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 
 // runRole runs one role as its own process until interrupted.
 func runRole(ctx context.Context, c config) error {
-	nc, js, err := connect(ctx, c.natsURL, c.role)
+	nc, js, err := connect(ctx, c.natsURL, c.role, c.layout)
 	if err != nil {
 		return err
 	}
@@ -306,7 +350,10 @@ func printSummary(c config, s summary) error {
 	} else {
 		fmt.Print(s)
 	}
-	if !s.ok() {
+	switch {
+	case s.Interrupted:
+		return errInterrupted
+	case !s.ok():
 		return errFailed
 	}
 	return nil

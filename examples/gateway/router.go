@@ -36,6 +36,7 @@ type router struct {
 	tracer      trace.Tracer
 	client      *http.Client
 	inFlight    sync.Map // keys being delivered by this process
+	errs        onceLog
 }
 
 func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStream, nc *nats.Conn, platformURL string, tp *sdktrace.TracerProvider) *router {
@@ -56,13 +57,13 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 	if err != nil {
 		return fmt.Errorf("router: open bucket %s: %w", deliveredKV, err)
 	}
-	rt.kv, rt.ackWait = kv, ackWait
+	rt.kv, rt.ackWait, rt.errs.who = kv, ackWait, "router"
 	cons, err := consumer(ctx, rt.js, repliesStream, "router", ackWait)
 	if err != nil {
 		return err
 	}
 	p := newPool(concurrency)
-	cc, err := cons.Consume(p.handler(rt.handle), jetstream.PullMaxMessages(concurrency)) // see worker.run
+	cc, err := cons.Consume(p.handler(rt.handle), consumeOptions("router", concurrency)...) // see worker.run
 	if err != nil {
 		return fmt.Errorf("router: consume notifications: %w", err)
 	}
@@ -101,8 +102,15 @@ func (rt *router) handle(msg jetstream.Msg) {
 		return
 	}
 	defer rt.inFlight.Delete(key)
-	if _, err := rt.kv.Get(ctx, key); err == nil {
+	switch _, err := rt.kv.Get(ctx, key); {
+	case err == nil:
 		_ = msg.Ack() // delivered already: a redelivery after a crash, or a retried publish
+		return
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		// Unknown whether it was delivered (the bucket has no leader right
+		// now): ask again later rather than guess.
+		rt.errs.print(fmt.Errorf("read a delivery record: %w (asking again later)", err))
+		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
 	}
 	switch {
@@ -125,10 +133,36 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(200 * time.Millisecond)
 		return
 	}
-	if _, err := rt.kv.Put(ctx, key, []byte("1")); err != nil {
-		fmt.Fprintln(os.Stderr, "router: remember delivery", key+":", err)
+	// Acknowledge only a delivery that is recorded: an unrecorded one would
+	// be sent again by whoever gets the message next, with nothing to stop
+	// it but the platform's idempotency key. So the record is retried, and
+	// if it still fails the message is left to be redelivered.
+	if err := retry(ctx, publishDeadline, func(ctx context.Context) error {
+		_, err := rt.kv.Put(ctx, key, []byte("1"))
+		return err
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "router: record the delivery of", key+":", err, "(it will be redelivered)")
+		_ = msg.NakWithDelay(time.Second)
+		return
 	}
-	_ = msg.Ack()
+	if err := msg.Ack(); err != nil {
+		// Recorded: a redelivery finds the record and is acknowledged then.
+		rt.errs.print(fmt.Errorf("acknowledge a recorded delivery: %w", err))
+	}
+}
+
+// idempotencyKey names one delivery for the platform, from the job's message
+// id: a platform that honours it shows a delivery sent twice only once.
+func idempotencyKey(n notification) string { return n.Kind + "-" + n.ID }
+
+// platformPost is what the router posts. Discord's create-message call takes
+// the key as `nonce` and, with `enforce_nonce`, returns the message already
+// created with that nonce instead of posting it again; the others get it in
+// an Idempotency-Key header.
+type platformPost struct {
+	notification
+	Nonce        string `json:"nonce,omitempty"`
+	EnforceNonce bool   `json:"enforce_nonce,omitempty"`
 }
 
 // route decides where n goes, and the context its delivery runs in. With
@@ -162,13 +196,20 @@ func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bo
 }
 
 func (rt *router) deliver(ctx context.Context, n notification) error {
-	b, err := json.Marshal(n)
+	post := platformPost{notification: n}
+	if n.Origin.Platform == "discord" {
+		post.Nonce, post.EnforceNonce = idempotencyKey(n), true
+	}
+	b, err := json.Marshal(post)
 	if err != nil {
 		return fmt.Errorf("encode the %s for %s: %w", n.Kind, n.ID, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.platformURL+"/"+n.Origin.Platform, bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("build the delivery of %s: %w", n.ID, err)
+	}
+	if n.Origin.Platform != "discord" {
+		req.Header.Set("Idempotency-Key", idempotencyKey(n))
 	}
 	resp, err := rt.client.Do(req)
 	if err != nil {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sessionwire/sessionwire/otelsession"
@@ -69,8 +72,37 @@ type refusal struct {
 	Forged bool   `json:"forged,omitempty"` // its session did not verify; kind and id are the sender's word
 }
 
+// layout is how the streams and the bucket are stored across the cluster.
+type layout struct {
+	replicas int  // copies of every stream and the bucket; 0 picks from the cluster's size
+	update   bool // raise the replicas of existing streams that have fewer
+}
+
+// replicasFor is the number of copies a stream gets: --replicas, or 3 when
+// the connection knows at least three servers (a cluster: one node can be
+// lost and the other two still form a majority), else 1 (a single server).
+func replicasFor(nc *nats.Conn, l layout) int {
+	if l.replicas > 0 {
+		return l.replicas
+	}
+	seen := map[string]bool{}
+	for _, u := range nc.Servers() {
+		seen[u] = true
+	}
+	if len(seen) >= 3 {
+		return 3
+	}
+	return 1
+}
+
 // ensureJetStream creates the streams and the bucket, or checks they exist.
-func ensureJetStream(ctx context.Context, js jetstream.JetStream) error {
+// Every one is kept in files (they survive a node restart) on `replicas`
+// servers, and a write is acknowledged only once a majority of them stored
+// it, so the loss of one node loses no job, reply or delivery record. An
+// existing stream with fewer replicas is reported and kept as it is unless
+// l.update is set: changing it copies its data, an operator's decision.
+func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l layout) error {
+	replicas := replicasFor(nc, l)
 	for _, s := range []jetstream.StreamConfig{
 		{Name: jobsStream, Subjects: []string{jobsSubject + ">"}},
 		{Name: bgStream, Subjects: []string{bgSubject + ">"}},
@@ -78,19 +110,57 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream) error {
 	} {
 		s.Retention = jetstream.WorkQueuePolicy
 		s.Storage = jetstream.FileStorage
-		s.Duplicates = 5 * time.Minute // publishes carry Nats-Msg-Id: a retried publish is stored once
+		// Publishes carry Nats-Msg-Id and are retried for at most
+		// publishDeadline: a retried publish within this window is stored once.
+		s.Duplicates = 5 * time.Minute
+		s.Replicas = keptReplicas(ctx, js, s.Name, replicas, l.update)
 		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
-			return fmt.Errorf("create stream %s: %w", s.Name, err)
+			return fmt.Errorf("create stream %s with %d replicas: %w", s.Name, s.Replicas, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour, Storage: jetstream.FileStorage}); err != nil {
-		return fmt.Errorf("create key-value bucket %s: %w", deliveredKV, err)
+	// The router reads a delivery record to decide whether to deliver, so
+	// reads go to the bucket's leader, never to a follower that may not have
+	// the latest record yet: direct gets, which any replica may answer, are
+	// turned off on the bucket's stream.
+	kvReplicas := keptReplicas(ctx, js, "KV_"+deliveredKV, replicas, l.update)
+	kvs, err := js.Stream(ctx, "KV_"+deliveredKV)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour,
+			Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
+		}
+		kvs, err = js.Stream(ctx, "KV_"+deliveredKV)
+	}
+	if err != nil {
+		return fmt.Errorf("open the stream of bucket %s: %w", deliveredKV, err)
+	}
+	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect || cfg.Replicas != kvReplicas {
+		cfg.AllowDirect, cfg.Replicas = false, kvReplicas
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("configure bucket %s: %w", deliveredKV, err)
+		}
 	}
 	return nil
 }
 
+// keptReplicas is the replica count to configure for a stream: want, unless
+// the stream exists with another count and update is false. Fewer than
+// wanted is reported.
+func keptReplicas(ctx context.Context, js jetstream.JetStream, name string, want int, update bool) int {
+	s, err := js.Stream(ctx, name)
+	if err != nil || update {
+		return want // not there yet (or not readable: creating it will say why)
+	}
+	have := s.CachedInfo().Config.Replicas
+	if have < want {
+		fmt.Fprintf(os.Stderr, "gateway: stream %s keeps %d replica(s), fewer than the %d asked for: "+
+			"losing its server stops it; --update-replicas raises it (JetStream copies its data)\n", name, have, want)
+	}
+	return have
+}
+
 // consumer returns the durable pull consumer of a stream, shared by every
-// process of a role.
+// process of a role. It has as many replicas as its stream.
 func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, ackWait time.Duration) (jetstream.Consumer, error) {
 	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1024,
@@ -99,6 +169,80 @@ func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, 
 		return nil, fmt.Errorf("create consumer %s on %s: %w", name, stream, err)
 	}
 	return c, nil
+}
+
+// consumeOptions are the pull settings of every consumer: at most max
+// messages fetched ahead (see worker.run), and pull requests that expire
+// after 10 s with a heartbeat every 2 s. A pull request lives on the
+// consumer's leader: when that node is lost, the missing heartbeats (4 s,
+// within the 4 to 9 s the survivors take to elect a new leader) make the
+// client pull again, from the new leader, instead of waiting out the
+// library's default 30 s expiry. A shorter heartbeat would not bring the new
+// leader sooner, and on a starved machine a late heartbeat would be taken
+// for a lost node, pulling twice. Errors are logged once per kind.
+func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
+	log := &onceLog{who: who}
+	return []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(max),
+		jetstream.PullExpiry(10 * time.Second),
+		jetstream.PullHeartbeat(2 * time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			log.print(fmt.Errorf("%w (pulling again)", err))
+		}),
+	}
+}
+
+// onceLog prints each kind of error once in 30 s: a lost node makes the
+// same few errors repeat every heartbeat, on every consumer, until the
+// cluster has recovered.
+type onceLog struct {
+	who     string
+	mu      sync.Mutex
+	printed map[string]time.Time
+}
+
+func (l *onceLog) print(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := err.Error()
+	if time.Since(l.printed[msg]) < 30*time.Second {
+		return
+	}
+	if l.printed == nil {
+		l.printed = map[string]time.Time{}
+	}
+	l.printed[msg] = time.Now()
+	fmt.Fprintf(os.Stderr, "%s: %v\n", l.who, err)
+}
+
+// publishDeadline bounds how long a publish is retried: well inside the
+// streams' 5-minute duplicate window, so every retry is stored at most once.
+const publishDeadline = 30 * time.Second
+
+// retry calls f until it succeeds, ctx ends or within has passed, backing
+// off from 50 ms to 1 s: long enough to outlast a JetStream leader election
+// (up to about 10 s after a node is lost). Each attempt gets 2 s: a request to
+// a stream whose leader is gone is never answered, and waiting for it until
+// the deadline would leave no time to try the new leader. It returns f's
+// last error.
+func retry(ctx context.Context, within time.Duration, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		err := f(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // keepAlive tells JetStream the message is still being worked on, every

@@ -91,12 +91,11 @@ func (w *worker) run(ctx context.Context) error {
 	// Fetch no more than can be worked on: JetStream's ack wait starts when a
 	// message is delivered, so a message waiting in a local buffer would be
 	// redelivered, and done twice, while still queued here.
-	limit := jetstream.PullMaxMessages(w.cfg.concurrency)
-	cc1, err := jobs.Consume(p.handler(w.handleJob), limit)
+	cc1, err := jobs.Consume(p.handler(w.handleJob), consumeOptions("worker: jobs", w.cfg.concurrency)...)
 	if err != nil {
 		return fmt.Errorf("worker: consume jobs: %w", err)
 	}
-	cc2, err := bg.Consume(p.handler(w.handleBackground), limit)
+	cc2, err := bg.Consume(p.handler(w.handleBackground), consumeOptions("worker: background work", w.cfg.concurrency)...)
 	if err != nil {
 		cc1.Stop()
 		p.close()
@@ -168,7 +167,7 @@ func (w *worker) work(ctx context.Context, j job) error {
 			b, _ := json.Marshal(backgroundJob{ID: j.ID, Origin: n.Origin})
 			msg := &nats.Msg{Subject: bgSubject + n.Origin.Platform, Data: b, Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, "bg-"+j.ID)
-			if _, err := w.pub.PublishJetStream(ctx, w.js, msg); err != nil {
+			if err := w.publish(ctx, msg); err != nil {
 				return fmt.Errorf("queue background work: %w", err)
 			}
 			n.Background = "started"
@@ -253,10 +252,21 @@ func (w *worker) notify(ctx context.Context, n notification) error {
 	}
 	msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: b, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, n.Kind+"-"+n.ID)
-	if _, err := w.pub.PublishJetStream(ctx, w.js, msg); err != nil {
+	if err := w.publish(ctx, msg); err != nil {
 		return fmt.Errorf("queue the %s: %w", n.Kind, err)
 	}
 	return nil
+}
+
+// publish stores msg in its stream, retried with the same Nats-Msg-Id (so
+// stored once) until a stream leader acknowledges it or publishDeadline
+// passes: a node lost mid-publish costs a leader election, not the message.
+// An error leaves the job unacknowledged, and JetStream redelivers it.
+func (w *worker) publish(ctx context.Context, msg *nats.Msg) error {
+	return retry(ctx, publishDeadline, func(ctx context.Context) error {
+		_, err := w.pub.PublishJetStream(ctx, w.js, msg)
+		return err
+	})
 }
 
 // handleBackground finishes background work after its turn has ended. It has
