@@ -208,7 +208,9 @@ func (o *Outbound) Counts() OutboundCounts {
 //  1. Whatever carrier already holds under any spelling of "baggage"
 //     (baggage, Baggage, BAGGAGE, several entries) loses its session
 //     members, whoever wrote them; the other members are kept, in one
-//     entry. A session leaves only as this policy writes it.
+//     entry, which the propagator then replaces when ctx has baggage of its
+//     own (as every OTel baggage propagator does). A session leaves only as
+//     this policy writes it.
 //  2. When d is allowed, the context's session is validated with the one
 //     value rule (otelsession.ValidateValue) and signed with the policy's
 //     signer, bound to d.MessageID. A session with a value no edge would
