@@ -212,7 +212,10 @@ func duplex(t *testing.T, ctx context.Context, c testpb.TestServiceClient, n int
 		return err
 	}
 	for range n {
-		if err := stream.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{}); errors.Is(err, io.EOF) {
+			_, err = stream.Recv() // the server ended the stream: its status
+			return err
+		} else if err != nil {
 			return err
 		}
 		if _, err := stream.Recv(); err != nil {
