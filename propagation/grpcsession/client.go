@@ -73,38 +73,73 @@ func (c *config) clientContext(ctx context.Context, cc *grpc.ClientConn, method 
 		}
 	}
 	if propagation.HasSession(baggage.FromContext(ctx)) {
-		ctx = withSessionAsWritten(ctx, carrier.Values(baggageKey))
+		ctx = c.sendContext(ctx, d, carrier.Values(baggageKey))
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
-// withSessionAsWritten replaces the session members of ctx's baggage with
-// those in the baggage lines the policy wrote: none when it withheld the
-// session, the signed session when it signed it.
-func withSessionAsWritten(ctx context.Context, lines []string) context.Context {
-	b := baggage.FromContext(ctx)
-	for _, m := range b.Members() {
-		if otelsession.OwnedKey(m.Key()) {
-			b = b.DeleteMember(m.Key())
-		}
+// sendContext returns the context to hand on: its session is the one the
+// policy wrote into lines, so that a stats handler that injects the
+// context's baggage again (otelgrpc's) writes the same. The common cases
+// cost no parsing: a refused destination gets the context without its
+// session; an allowed one, when the policy wrote as many members as the
+// context holds, the context itself (nothing was withheld), plus the
+// signature it added when it signs.
+func (c *config) sendContext(ctx context.Context, d propagation.Dest, lines []string) context.Context {
+	if !c.outbound.Allows(ctx, d) {
+		return propagation.WithoutSession(ctx)
 	}
-	for _, l := range lines {
-		if !strings.Contains(l, otelsession.KeyPrefix) {
-			continue
-		}
-		written, err := baggage.Parse(l)
-		if err != nil {
-			continue // cannot happen: the propagator wrote it from a Baggage
-		}
-		for _, m := range written.Members() {
-			if otelsession.OwnedKey(m.Key()) {
-				if nb, err := b.SetMember(m); err == nil {
-					b = nb
+	if len(lines) != 1 {
+		return withSessionAsWritten(ctx, lines)
+	}
+	b := baggage.FromContext(ctx)
+	// Values are percent-encoded on the wire, so commas separate members.
+	written := strings.Count(lines[0], ",") + 1
+	switch signs := c.outbound.Signer() != nil; {
+	case !signs && written == b.Len():
+		return ctx
+	case signs && (written == b.Len() || written == b.Len()+1):
+		if sig, ok := memberOf(lines[0], sigPrefix); ok {
+			if m, err := baggage.NewMemberRaw(otelsession.SignatureKey, sig); err == nil {
+				if nb, err := b.SetMember(m); err == nil && nb.Len() == written {
+					return baggage.ContextWithBaggage(ctx, nb)
 				}
 			}
 		}
 	}
-	return baggage.ContextWithBaggage(ctx, b)
+	return withSessionAsWritten(ctx, lines)
+}
+
+var sigPrefix = otelsession.SignatureKey + "="
+
+// memberOf returns the raw value of the member of line that starts with
+// prefix ("key=").
+func memberOf(line, prefix string) (string, bool) {
+	for rest := line; rest != ""; {
+		var m string
+		m, rest, _ = strings.Cut(rest, ",")
+		if v, ok := strings.CutPrefix(m, prefix); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// withSessionAsWritten returns ctx with the baggage the policy wrote into
+// lines: without the session when it withheld it, with the signed session
+// when it signed it. When nothing was written (a propagator without W3C
+// baggage), the session is removed: it leaves only as the policy writes it.
+func withSessionAsWritten(ctx context.Context, lines []string) context.Context {
+	var written baggage.Baggage
+	switch len(lines) {
+	case 0:
+		return propagation.WithoutSession(ctx)
+	case 1:
+		written, _ = baggage.Parse(lines[0]) // the propagator wrote it from a Baggage
+	default:
+		written, _ = baggage.Parse(strings.Join(lines, ","))
+	}
+	return baggage.ContextWithBaggage(ctx, written)
 }
 
 // destOf describes a call for the outbound policy.

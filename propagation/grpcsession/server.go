@@ -101,7 +101,14 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if binErr != nil {
 		extractFrom = withoutBaggage{carrier}
 	}
-	out, err := c.inbound.Extract(ctx, c.propagator(), extractFrom, pr)
+	base := ctx
+	if len(carrier.Values(baggageKey)) > 0 {
+		// otelgrpc's stats handler already extracted this baggage into ctx;
+		// the policy extracts it again and would otherwise first Reset the
+		// session it finds there, which costs more than the policy itself.
+		base = baggage.ContextWithoutBaggage(ctx)
+	}
+	out, err := c.inbound.Extract(base, c.propagator(), extractFrom, pr)
 	if binErr != nil {
 		err = binErr
 	}
