@@ -3,13 +3,18 @@ package grpcsession_test
 import (
 	"context"
 	"net"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	otelprop "go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -50,6 +55,10 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //     allowing the target: the session is checked and accepted;
 //   - grpcsession/signed: the client signs every call, the server, trusting
 //     no peer, verifies the signature.
+//
+// Beside the wall time it reports cpu-ns/op, the process's CPU time (user
+// and system, client and server together) per call: on a machine shared
+// with other work the wall time mostly measures the wait for a core.
 //
 // Run it with
 //
@@ -115,11 +124,120 @@ func BenchmarkUnary(b *testing.B) {
 				b.Fatalf("the handler saw a session: %v, want %v", got, c.want)
 			}
 			b.ReportAllocs()
+			cpu := cpuTime()
 			for b.Loop() {
 				if _, err := client.UnaryCall(c.ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
+	}
+}
+
+// BenchmarkSteps isolates the per-call work of each side from the network,
+// which on a shared machine varies more than the policy costs:
+//
+//   - server/otelgrpc: what otelgrpc's server handler does with the
+//     metadata of a call carrying a full session (extract trace context and
+//     baggage); server/otelgrpc+policy: that, then the unary server
+//     interceptor (trusting the peer: the session is checked and accepted);
+//   - client/otelgrpc: what otelgrpc's client handler does (copy the
+//     outgoing metadata, inject); client/otelgrpc+policy: the unary client
+//     interceptor (allowing the target), then that.
+//
+// Run it with
+//
+//	go test ./propagation/grpcsession -run '^$' -bench BenchmarkSteps -count 5 -cpu 1
+func BenchmarkSteps(b *testing.B) {
+	session := otelsession.Bind(bound(), benchSession)
+	md := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
+	w3c.Inject(session, otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	pr := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50000}}
+	incoming := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+	var sink context.Context
+	handler := func(ctx context.Context, _ any) (any, error) { sink = ctx; return nil, nil }
+	otelExtract := func(ctx context.Context) context.Context {
+		m, _ := metadata.FromIncomingContext(ctx)
+		return w3c.Extract(ctx, grpcsession.MetadataCarrier(m))
+	}
+	b.Run("server/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			sink = otelExtract(incoming)
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("server/otelgrpc+policy", func(b *testing.B) {
+		interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
+			grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := interceptor(otelExtract(incoming), nil, info, handler); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+		if _, st := otelsession.Lookup(sink, otelsession.FieldPlatform); st != otelsession.Set {
+			b.Fatal("the session was not accepted")
+		}
+	})
+
+	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	otelInject := func(ctx context.Context) context.Context {
+		m, ok := metadata.FromOutgoingContext(ctx)
+		if !ok {
+			m = metadata.MD{}
+		}
+		w3c.Inject(ctx, grpcsession.MetadataCarrier(m))
+		return metadata.NewOutgoingContext(ctx, m)
+	}
+	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		sink = otelInject(ctx)
+		return nil
+	}
+	b.Run("client/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			sink = otelInject(session)
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("client/otelgrpc+policy", func(b *testing.B) {
+		interceptor := grpcsession.UnaryClientInterceptor(grpcsession.WithPropagator(w3c),
+			grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	_ = sink
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time used since start per iteration.
+func reportCPU(b *testing.B, start time.Duration) {
+	if b.N > 0 {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 	}
 }
