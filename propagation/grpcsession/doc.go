@@ -27,7 +27,10 @@
 // SAN as its name; without one its name is the :authority the client
 // addressed, which the client chooses, so trust by certificate with
 // [TrustSANs], which reads the verified certificate itself. A "baggage-bin"
-// entry (no W3C format is binary) refuses the call's baggage.
+// entry (no W3C format is binary) refuses the call's baggage: the call runs
+// as if it had none, and [WithOnError] sees an error wrapping
+// propagation.ErrMalformedMember (the policy's Counts do not, as its
+// Extract never sees that baggage).
 //
 // A refused session never fails the call: the handler runs with the session
 // Unset, the policy counts the refusal, [WithOnError] sees it, and the
