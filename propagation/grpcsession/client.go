@@ -72,7 +72,9 @@ func (c *config) clientContext(ctx context.Context, cc *grpc.ClientConn, method 
 			otel.Handle(fmt.Errorf("grpcsession: outgoing call %s: %w", method, err))
 		}
 	}
-	if propagation.HasSession(baggage.FromContext(ctx)) {
+	if baggage.FromContext(ctx).Len() > 0 {
+		// Also without a session: members in the session namespace that are
+		// not the table's (session.future) must not reach otelgrpc either.
 		ctx = c.sendContext(ctx, d, carrier.Values(baggageKey))
 	}
 	return metadata.NewOutgoingContext(ctx, md)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -83,7 +84,7 @@ func check(t *testing.T, call string, got received, session bool) {
 // destination the session is the context's, elsewhere there is none.
 func TestPrewrittenMetadataFiltered(t *testing.T) {
 	svc := newService()
-	addr := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithInbound(propagation.NewInbound(propagation.TrustAll)))...)
+	addr := serve(t, svc) // no policy: the handler reads the metadata as it came over the wire
 	prewritten := func(ctx context.Context) context.Context {
 		ctx = metadata.NewOutgoingContext(ctx, metadata.MD{
 			"Baggage": {"session.chat_id=forged-chat,app.y=2"},
@@ -104,7 +105,19 @@ func TestPrewrittenMetadataFiltered(t *testing.T) {
 
 			unary(t, prewritten(bound()), c)
 			got := svc.next(t)
-			check(t, "UnaryCall", got, allowed)
+			for key, want := range map[string]string{"session.chat_id": "C024BE91L", "session.user_id": "U1", "app.tenant": "acme"} {
+				v, ok := got.member(key)
+				if key == "app.tenant" || allowed {
+					if v != want {
+						t.Fatalf("%s = %q on the wire, want %q: %q", key, v, want, got.baggage)
+					}
+				} else if ok {
+					t.Fatalf("%s reached a destination the policy does not allow: %q", key, got.baggage)
+				}
+			}
+			if len(got.binary) > 0 {
+				t.Fatalf("a pre-written baggage-bin entry left: %q", got.binary)
+			}
 			for _, l := range got.baggage {
 				if containsAny(l, "forged", "%2E", "SESSION.") {
 					t.Fatalf("a pre-written session member left: %q", got.baggage)
@@ -178,7 +191,6 @@ func TestWithOtelgrpc(t *testing.T) {
 			svc := newService()
 			policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
 			addr := serve(t, svc, serverOpts(policy)...)
-			_, port, _ := net.SplitHostPort(addr)
 			out := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
 				Prefixes: []string{"grpc://" + addr + "/grpc.testing.TestService/"}}), propagation.WithSigner(signer))
 			stats := grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOpts...))
@@ -188,7 +200,12 @@ func TestWithOtelgrpc(t *testing.T) {
 				clientOpts = append(mine, stats)
 			}
 			allowed := dial(t, addr, clientOpts...)
-			other := dial(t, "localhost:"+port, clientOpts...)
+			// The other authority is a server without the policy: its handler
+			// reads the metadata as it came over the wire.
+			rawSvc := newService()
+			rawAddr := serve(t, rawSvc, grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...)))
+			_, rawPort, _ := net.SplitHostPort(rawAddr)
+			other := dial(t, "localhost:"+rawPort, clientOpts...)
 
 			unary(t, bound(), allowed)
 			got := svc.next(t)
@@ -213,14 +230,14 @@ func TestWithOtelgrpc(t *testing.T) {
 			}
 
 			unary(t, bound(), other)
-			if got := svc.next(t); got.hasSessionMember() || len(got.session) > 0 {
+			if got := rawSvc.next(t); got.hasSessionMember() || len(got.session) > 0 {
 				t.Fatalf("another authority received the session through otelgrpc: %q", got.baggage)
 			}
 			if err := duplex(t, bound(), other, 1); err != nil {
 				t.Fatal(err)
 			}
 			for range 1 + afterClose {
-				if got := svc.next(t); got.hasSessionMember() {
+				if got := rawSvc.next(t); got.hasSessionMember() || len(got.session) > 0 {
 					t.Fatalf("stream to another authority: %q", got.baggage)
 				}
 			}
@@ -263,5 +280,41 @@ func serverSpanIs(t *testing.T, exp *tracetest.InMemoryExporter, sc trace.SpanCo
 			t.Fatalf("the handler's span %v is not an otelgrpc server span under a client span (%d spans)", sc, len(spans))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Members in the session namespace that the wire-key table does not know
+// (session.future, SESSION.chat_id) never leave, even through otelgrpc's
+// second injection of the context's baggage, with or without a session in
+// the context.
+func TestStraysNotReinjectedByOtelgrpc(t *testing.T) {
+	svc := newService()
+	addr := serve(t, svc) // no policy: the handler reads the metadata as it came over the wire
+	c := dial(t, addr, append(grpcsession.DialOptions(allowAll),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(w3c))))...)
+	stray := func(ctx context.Context) context.Context {
+		b := baggage.FromContext(ctx)
+		for _, kv := range [][2]string{{"session.future", "x"}, {"SESSION.chat_id", "y"}, {"app.tenant", "acme"}} {
+			m, err := baggage.NewMemberRaw(kv[0], kv[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err = b.SetMember(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return baggage.ContextWithBaggage(ctx, b)
+	}
+	for _, ctx := range []context.Context{stray(context.Background()), stray(bound())} {
+		unary(t, ctx, c)
+		got := svc.next(t)
+		for _, l := range got.baggage {
+			if containsAny(l, "session.future", "SESSION.") {
+				t.Fatalf("a stray session-namespace member left: %q", got.baggage)
+			}
+		}
+		if v, _ := got.member("app.tenant"); v != "acme" {
+			t.Fatalf("the application's member was lost: %q", got.baggage)
+		}
 	}
 }

@@ -50,6 +50,7 @@ type received struct {
 	method      string
 	session     map[otelsession.Field]string // Set fields, "" for Cleared
 	baggage     []string                     // the "baggage" entries of the incoming metadata it can read
+	binary      []string                     // its "baggage-bin" entries
 	spanContext trace.SpanContext
 }
 
@@ -89,7 +90,7 @@ func sessionOf(ctx context.Context) map[otelsession.Field]string {
 
 func record(ctx context.Context, method string) received {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return received{method: method, session: sessionOf(ctx), baggage: md.Get("baggage"), spanContext: trace.SpanContextFromContext(ctx)}
+	return received{method: method, session: sessionOf(ctx), baggage: md.Get("baggage"), binary: md.Get("baggage-bin"), spanContext: trace.SpanContextFromContext(ctx)}
 }
 
 // service is the TestService of grpc's interop tests: UnaryCall and

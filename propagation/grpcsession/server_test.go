@@ -264,8 +264,8 @@ func TestBaggageBinRefused(t *testing.T) {
 		"baggage", "session.chat_id=forged,app.x=1", "baggage-bin", "session.user_id=forged")
 	unary(t, ctx, c)
 	r := svc.next(t)
-	if len(r.session) > 0 || r.hasSessionMember() {
-		t.Fatalf("session %v, metadata %q", r.session, r.baggage)
+	if len(r.session) > 0 || r.hasSessionMember() || len(r.binary) > 0 {
+		t.Fatalf("session %v, metadata %q, %q", r.session, r.baggage, r.binary)
 	}
 	if !errors.Is(got, propagation.ErrMalformedMember) {
 		t.Fatalf("WithOnError saw %v", got)
