@@ -53,6 +53,9 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //   - grpcsession/off, grpcsession/on: otelgrpc plus this package's
 //     interceptors, the server trusting the loopback peer and the client
 //     allowing the target: the session is checked and accepted;
+//   - grpcsession/on/otelgrpc-trace-only: the same, with otelgrpc given
+//     only the trace-context propagator, so that the baggage is extracted
+//     and injected once, by the interceptors;
 //   - grpcsession/signed: the client signs every call, the server, trusting
 //     no peer, verifies the signature.
 //
@@ -82,6 +85,7 @@ func BenchmarkUnary(b *testing.B) {
 		server       []grpcsession.Option
 		client       []grpcsession.Option
 		policy, want bool
+		traceOnly    bool // otelgrpc propagates trace context only; the interceptors carry the baggage
 	}{
 		{name: "otelgrpc/off", ctx: context.Background()},
 		{name: "otelgrpc/on", ctx: withSession, want: true},
@@ -89,11 +93,18 @@ func BenchmarkUnary(b *testing.B) {
 		{name: "grpcsession/on", ctx: withSession, policy: true, want: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
+		{name: "grpcsession/on/otelgrpc-trace-only", ctx: withSession, policy: true, want: true, traceOnly: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/signed", ctx: withSession, policy: true, want: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer)))}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			otelOpts := otelOpts
+			if c.traceOnly {
+				otelOpts = []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(otelprop.TraceContext{})}
+			}
 			serverOpts := []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...))}
 			dialOpts := []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOpts...)),
 				grpc.WithTransportCredentials(insecure.NewCredentials())}

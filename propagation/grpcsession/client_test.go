@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -161,7 +162,7 @@ func containsAny(s string, subs ...string) bool {
 }
 
 // With otelgrpc's stats handlers on both sides, given before or after the
-// interceptors: a signed session reaches the allowed service and verifies
+// interceptors, or given only the trace-context propagator: a signed session reaches the allowed service and verifies
 // there (otelgrpc's second injection on the client writes the signed
 // session, not the bare one); the service reached under another authority
 // gets no session although otelgrpc injects the whole baggage of the
@@ -176,10 +177,14 @@ func TestWithOtelgrpc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, order := range []string{"stats first", "interceptors first"} {
+	for _, order := range []string{"stats first", "interceptors first", "otelgrpc with trace context only"} {
 		t.Run(order, func(t *testing.T) {
 			tp, exp := sessiontest.NewTracing(t)
 			otelOpts := []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(w3c)}
+			if order == "otelgrpc with trace context only" {
+				// The cheaper configuration: the interceptors alone carry the baggage.
+				otelOpts = []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(otelprop.TraceContext{})}
+			}
 			serverOpts := func(policy *propagation.Inbound) []grpc.ServerOption {
 				stats := grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...))
 				mine := grpcsession.ServerOptions(grpcsession.WithInbound(policy))
