@@ -57,7 +57,8 @@
 // See SECURITY.md at the repository root for the threat model.
 //
 // Each transport lives in its own sub-package, so a program imports only what
-// it uses: httpsession (server handler and client transport), natssession
+// it uses: httpsession (server handler and client transport), grpcsession
+// (server and client interceptors), natssession
 // (NATS core and JetStream headers), execsession (child-process
 // environments), kafkasession and amqpsession (record and table carriers).
 package propagation

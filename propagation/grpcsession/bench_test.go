@@ -1,0 +1,254 @@
+package grpcsession_test
+
+import (
+	"context"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/grpcsession"
+)
+
+// benchSession sets every field: 16 baggage members on the wire.
+var benchSession = otelsession.Session{
+	Platform: "telegram", Source: "gateway", ChatID: "-1001234567890", ChatType: "supergroup",
+	ChatName: "Ops – EU", ThreadID: "17585", UserID: "u-42", UserIDAlt: "@ana",
+	UserName: "Ana Lúcia", ScopeID: "guild-7", SessionKey: "agent:main:telegram:-1001234567890:17585",
+	SessionID: "20261214_101010_ab12cd", UISessionID: "tab-3", MessageID: "88121",
+	Profile: "default", BrowserControlPrincipal: "ana", BrowserControlTransportFamily: "cdp",
+	ParentChatID: "-1001234567000", Cron: otelsession.CronOn, Cwd: "/srv/work",
+}
+
+// benchService answers UnaryCall and reads the session, as a real handler
+// would.
+type benchService struct {
+	testpb.UnimplementedTestServiceServer
+}
+
+var sinkPlatform string
+
+func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	sinkPlatform, _ = otelsession.Lookup(ctx, otelsession.FieldPlatform)
+	return &testpb.SimpleResponse{}, nil
+}
+
+// BenchmarkUnary measures one unary call over loopback TCP with otelgrpc's
+// stats handlers on both sides (a recording tracer provider, the W3C
+// propagators), beside the same call with the session policy added:
+//
+//   - otelgrpc/off, otelgrpc/on: raw otelgrpc, without and with a full
+//     session in the context's baggage (the raw propagation cost);
+//   - grpcsession/off, grpcsession/on: otelgrpc plus this package's
+//     interceptors, the server trusting the loopback peer and the client
+//     allowing the target: the session is checked and accepted;
+//   - grpcsession/on/otelgrpc-trace-only: the same, with otelgrpc given
+//     only the trace-context propagator, so that the baggage is extracted
+//     and injected once, by the interceptors;
+//   - grpcsession/signed: the client signs every call, the server, trusting
+//     no peer, verifies the signature.
+//
+// Beside the wall time it reports cpu-ns/op, the process's CPU time (user
+// and system, client and server together) per call: on a machine shared
+// with other work the wall time mostly measures the wait for a core.
+//
+// Run it with
+//
+//	go test ./propagation/grpcsession -run '^$' -bench BenchmarkUnary -benchtime 3000x -count 5 -cpu 2
+func BenchmarkUnary(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	otelOpts := []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(w3c)}
+	signer, err := propagation.NewSigner(testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{testKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	withSession := otelsession.Bind(context.Background(), benchSession)
+	for _, c := range []struct {
+		name         string
+		ctx          context.Context
+		server       []grpcsession.Option
+		client       []grpcsession.Option
+		policy, want bool
+		traceOnly    bool // otelgrpc propagates trace context only; the interceptors carry the baggage
+	}{
+		{name: "otelgrpc/off", ctx: context.Background()},
+		{name: "otelgrpc/on", ctx: withSession, want: true},
+		{name: "grpcsession/off", ctx: context.Background(), policy: true},
+		{name: "grpcsession/on", ctx: withSession, policy: true, want: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
+		{name: "grpcsession/on/otelgrpc-trace-only", ctx: withSession, policy: true, want: true, traceOnly: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
+		{name: "grpcsession/signed", ctx: withSession, policy: true, want: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer)))}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			otelOpts := otelOpts
+			if c.traceOnly {
+				otelOpts = []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(otelprop.TraceContext{})}
+			}
+			serverOpts := []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...))}
+			dialOpts := []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOpts...)),
+				grpc.WithTransportCredentials(insecure.NewCredentials())}
+			if c.policy {
+				serverOpts = append(serverOpts, grpcsession.ServerOptions(append(c.server, grpcsession.WithPropagator(w3c))...)...)
+				dialOpts = append(dialOpts, grpcsession.DialOptions(append(c.client, grpcsession.WithPropagator(w3c))...)...)
+			}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := grpc.NewServer(serverOpts...)
+			testpb.RegisterTestServiceServer(srv, benchService{})
+			done := make(chan struct{})
+			go func() { _ = srv.Serve(lis); close(done) }()
+			defer func() { srv.Stop(); <-done }()
+			conn, err := grpc.NewClient(lis.Addr().String(), dialOpts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			client := testpb.NewTestServiceClient(conn)
+			req := &testpb.SimpleRequest{}
+			if _, err := client.UnaryCall(c.ctx, req); err != nil { // connect outside the loop
+				b.Fatal(err)
+			}
+			if got := sinkPlatform != ""; got != c.want {
+				b.Fatalf("the handler saw a session: %v, want %v", got, c.want)
+			}
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				if _, err := client.UnaryCall(c.ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// BenchmarkSteps isolates the per-call work of each side from the network,
+// which on a shared machine varies more than the policy costs:
+//
+//   - server/otelgrpc: what otelgrpc's server handler does with the
+//     metadata of a call carrying a full session (extract trace context and
+//     baggage); server/otelgrpc+policy: that, then the unary server
+//     interceptor (trusting the peer: the session is checked and accepted);
+//   - client/otelgrpc: what otelgrpc's client handler does (copy the
+//     outgoing metadata, inject); client/otelgrpc+policy: the unary client
+//     interceptor (allowing the target), then that.
+//
+// Run it with
+//
+//	go test ./propagation/grpcsession -run '^$' -bench BenchmarkSteps -count 5 -cpu 1
+func BenchmarkSteps(b *testing.B) {
+	session := otelsession.Bind(bound(), benchSession)
+	md := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
+	w3c.Inject(session, otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	pr := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50000}}
+	incoming := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+	var sink context.Context
+	handler := func(ctx context.Context, _ any) (any, error) { sink = ctx; return nil, nil }
+	otelExtract := func(ctx context.Context) context.Context {
+		m, _ := metadata.FromIncomingContext(ctx)
+		return w3c.Extract(ctx, grpcsession.MetadataCarrier(m))
+	}
+	b.Run("server/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			sink = otelExtract(incoming)
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("server/otelgrpc+policy", func(b *testing.B) {
+		interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
+			grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if _, err := interceptor(otelExtract(incoming), nil, info, handler); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+		if _, st := otelsession.Lookup(sink, otelsession.FieldPlatform); st != otelsession.Set {
+			b.Fatal("the session was not accepted")
+		}
+	})
+
+	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	otelInject := func(ctx context.Context) context.Context {
+		m, ok := metadata.FromOutgoingContext(ctx)
+		if !ok {
+			m = metadata.MD{}
+		}
+		w3c.Inject(ctx, grpcsession.MetadataCarrier(m))
+		return metadata.NewOutgoingContext(ctx, m)
+	}
+	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		sink = otelInject(ctx)
+		return nil
+	}
+	b.Run("client/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			sink = otelInject(session)
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("client/otelgrpc+policy", func(b *testing.B) {
+		interceptor := grpcsession.UnaryClientInterceptor(grpcsession.WithPropagator(w3c),
+			grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+		b.ReportAllocs()
+		cpu := cpuTime()
+		for b.Loop() {
+			if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	_ = sink
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time used since start per iteration.
+func reportCPU(b *testing.B, start time.Duration) {
+	if b.N > 0 {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	}
+}

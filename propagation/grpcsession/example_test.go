@@ -1,0 +1,81 @@
+package grpcsession_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/grpcsession"
+)
+
+// notify is a service whose handlers read the conversation's session.
+type notify struct {
+	testpb.UnimplementedTestServiceServer
+}
+
+func (notify) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	chat, st := otelsession.Lookup(ctx, otelsession.FieldChatID)
+	fmt.Printf("UnaryCall: chat %q (%s)\n", chat, st)
+	return &testpb.SimpleResponse{}, nil
+}
+
+func (notify) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, error) {
+	chat, st := otelsession.Lookup(ctx, otelsession.FieldChatID)
+	fmt.Printf("EmptyCall: chat %q (%s)\n", chat, st)
+	return &testpb.Empty{}, nil
+}
+
+// A server that trusts the loopback network, beside otelgrpc, and a client
+// whose outbound policy lets the session go to one method of one service
+// at one address: the other method runs without it.
+func Example() {
+	// otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
+	//	propagation.TraceContext{}, propagation.Baggage{})) does this for a
+	// whole program; the example passes the propagator explicitly.
+	opts := []grpcsession.Option{grpcsession.WithPropagator(w3c)}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	inbound := propagation.NewInbound(propagation.TrustLoopback())
+	srv := grpc.NewServer(append(grpcsession.ServerOptions(append(opts, grpcsession.WithInbound(inbound))...),
+		grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
+	testpb.RegisterTestServiceServer(srv, notify{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	addr := lis.Addr().String()
+	outbound := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
+		Prefixes: []string{"grpc://" + addr + "/grpc.testing.TestService/UnaryCall"}}))
+	conn, err := grpc.NewClient(addr, append(grpcsession.DialOptions(append(opts, grpcsession.WithOutbound(outbound))...),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+
+	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "-1001234567890"})
+	if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		fmt.Println(err)
+	}
+	if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Printf("sent %d, withheld %d; accepted %d\n", outbound.Counts().Sent, outbound.Counts().Withheld, inbound.Counts().Accepted)
+	// Output:
+	// UnaryCall: chat "-1001234567890" (set)
+	// EmptyCall: chat "" (unset)
+	// sent 1, withheld 1; accepted 1
+}

@@ -1,0 +1,285 @@
+package grpcsession
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+const (
+	baggageKey    = "baggage"
+	baggageBinKey = "baggage-bin"
+)
+
+// ServerOptions returns the unary and stream server interceptors configured
+// by opts, for grpc.NewServer. They may be given beside
+// grpc.StatsHandler(otelgrpc.NewServerHandler()), before or after it: gRPC
+// runs every stats handler before any interceptor, so the policy always
+// decides last, on the context the span was started in.
+func ServerOptions(opts ...Option) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(opts...)),
+		grpc.ChainStreamInterceptor(StreamServerInterceptor(opts...)),
+	}
+}
+
+// UnaryServerInterceptor applies the inbound policy to every unary call:
+// the handler's context carries the session the policy accepted and no
+// other. See [StreamServerInterceptor] for streams and the package
+// documentation for what is judged.
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	c := newConfig(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := c.serverContext(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor applies the inbound policy once per stream, when
+// it opens: the stream's Context, seen by the handler and every message it
+// handles for the life of the stream, carries the session of the call.
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	c := newConfig(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := c.serverContext(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// serverStream is a ServerStream whose Context carries the call's session.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+// errUnauthenticated is what a service that needs a session answers without
+// one. It says what is missing, never why the peer's was refused: that is
+// for the server's logs (WithOnError, the policy's Counts).
+var errUnauthenticated = status.Error(codes.Unauthenticated,
+	"this service needs a conversation session from a trusted peer or signed with a trusted key; the call had none that was accepted")
+
+// serverContext is the whole server-side step for one call.
+func (c *config) serverContext(ctx context.Context, method string) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx) // a copy with lower-case keys
+	if md == nil {
+		md = metadata.MD{}
+	}
+	carrier := MetadataCarrier(md)
+	var binErr error
+	if len(carrier.Values(baggageBinKey)) > 0 {
+		// No W3C format is binary. A peer that sends one is either confused
+		// or hoping that something behind the policy decodes it; its baggage
+		// is not read at all.
+		binErr = fmt.Errorf("extract session from grpc: %s entry: %w", baggageBinKey, propagation.ErrMalformedMember)
+	}
+	pr := peerOf(ctx, md)
+	extractFrom := otelprop.TextMapCarrier(carrier)
+	if binErr != nil {
+		extractFrom = withoutBaggage{carrier}
+	}
+	base := ctx
+	if len(carrier.Values(baggageKey)) > 0 {
+		// otelgrpc's stats handler already extracted this baggage into ctx;
+		// the policy extracts it again and would otherwise first Reset the
+		// session it finds there, which costs more than the policy itself.
+		base = baggage.ContextWithoutBaggage(ctx)
+	}
+	out, err := c.inbound.Extract(base, c.propagator(), extractFrom, pr)
+	if binErr != nil {
+		err = binErr
+	}
+	// otelgrpc's stats handler started the server span from the same
+	// metadata before this interceptor ran; extracting again made its remote
+	// parent current. Put the server span back so the handler's spans stay
+	// its children.
+	if span := trace.SpanFromContext(ctx); span.SpanContext().IsValid() && !span.SpanContext().IsRemote() {
+		out = trace.ContextWithSpan(out, span)
+	}
+	hasSession := propagation.HasSession(baggage.FromContext(out))
+	if !hasSession && (binErr != nil || mentionsSession(carrier.Values(baggageKey))) {
+		// Code behind the interceptor that reads the incoming metadata again
+		// (a proxy forwarding it, a second extraction) must not revive the
+		// refused session: hand it metadata re-encoded from the context.
+		carrier.Delete(baggageKey)
+		carrier.Delete(baggageBinKey)
+		otelprop.Baggage{}.Inject(out, carrier)
+		out = metadata.NewIncomingContext(out, md)
+	}
+	if err != nil && c.onError != nil {
+		c.onError(out, method, err)
+	}
+	if c.unauthenticated && !hasSession {
+		return nil, errUnauthenticated
+	}
+	return out, nil
+}
+
+// withoutBaggage hides the baggage entries of a carrier from the propagator.
+type withoutBaggage struct{ MetadataCarrier }
+
+func (w withoutBaggage) Get(key string) string {
+	if strings.EqualFold(key, baggageKey) {
+		return ""
+	}
+	return w.MetadataCarrier.Get(key)
+}
+
+func (w withoutBaggage) Values(key string) []string {
+	if strings.EqualFold(key, baggageKey) {
+		return nil
+	}
+	return w.MetadataCarrier.Values(key)
+}
+
+// peerOf describes the caller: the address of the connection, and as its
+// name the verified client certificate's first URI SAN or DNS SAN when the
+// connection is TLS with a verified client certificate, else the
+// :authority the client addressed.
+func peerOf(ctx context.Context, md metadata.MD) propagation.Peer {
+	p := propagation.Peer{Transport: propagation.TransportGRPC}
+	if pr, ok := peer.FromContext(ctx); ok {
+		p.Addr = addrOf(pr.Addr)
+		if cert := verifiedCert(pr.AuthInfo); cert != nil {
+			p.Name = certName(cert)
+		}
+	}
+	if p.Name == "" {
+		if a := md[":authority"]; len(a) > 0 {
+			p.Name = a[0]
+		}
+	}
+	return p
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	switch t := a.(type) {
+	case nil:
+		return netip.Addr{}
+	case *net.TCPAddr:
+		return t.AddrPort().Addr()
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr()
+	}
+	return netip.Addr{}
+}
+
+// verifiedCert returns the client's leaf certificate when the TLS handshake
+// verified its chain, nil otherwise (no TLS, no client certificate, or one
+// the server asked for but did not verify).
+func verifiedCert(ai credentials.AuthInfo) *x509.Certificate {
+	var info credentials.TLSInfo
+	switch t := ai.(type) {
+	case credentials.TLSInfo:
+		info = t
+	case *credentials.TLSInfo:
+		if t == nil {
+			return nil
+		}
+		info = *t
+	default:
+		return nil
+	}
+	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+func certName(cert *x509.Certificate) string {
+	for _, u := range cert.URIs {
+		if u != nil {
+			return u.String()
+		}
+	}
+	if len(cert.DNSNames) > 0 {
+		return cert.DNSNames[0]
+	}
+	return ""
+}
+
+// TrustSANs trusts callers whose verified TLS client certificate names one
+// of sans as a URI SAN ("spiffe://prod/ns/gw/sa/gateway", compared exactly)
+// or a DNS SAN ("gateway.internal", compared ignoring case): trust by
+// workload, not by network. It reads the certificate from the call's
+// context, never from [propagation.Peer.Name], which over a connection
+// without a verified certificate is the :authority the client chose. A
+// caller without a verified certificate is not trusted. Combine it with
+// address rules as a TrustFunc of your own when both are needed.
+func TrustSANs(sans ...string) propagation.TrustFunc {
+	want := append([]string(nil), sans...)
+	return func(ctx context.Context, _ propagation.Peer) bool {
+		pr, ok := peer.FromContext(ctx)
+		if !ok {
+			return false
+		}
+		cert := verifiedCert(pr.AuthInfo)
+		if cert == nil {
+			return false
+		}
+		for _, w := range want {
+			for _, u := range cert.URIs {
+				if u != nil && u.String() == w {
+					return true
+				}
+			}
+			for _, d := range cert.DNSNames {
+				if strings.EqualFold(d, w) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+// mentionsSession is a cheap over-approximation: it may say yes for lines
+// without a session member, never no for lines with one, in any spelling
+// (case-folded, percent-encoded, or with a non-ASCII letter that folds to
+// an ASCII one, as U+017F folds to "s").
+func mentionsSession(lines []string) bool {
+	for _, v := range lines {
+		if strings.IndexByte(v, '%') >= 0 || containsFold(v, otelsession.KeyPrefix) {
+			return true
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] >= 0x80 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}

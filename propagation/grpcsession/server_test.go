@@ -1,0 +1,273 @@
+package grpcsession_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/grpcsession"
+)
+
+var allowAll = grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))
+
+// A session sent over a real loopback TCP connection, unary and on a
+// bidirectional stream, reaches a server that trusts the loopback network:
+// every message handler of the stream, also after the client closed its
+// side, sees the call's session.
+func TestTrustedPeerPlaintext(t *testing.T) {
+	svc := newService()
+	policy := propagation.NewInbound(propagation.TrustLoopback())
+	addr := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithInbound(policy), grpcsession.WithPropagator(w3c))...)
+	c := dial(t, addr, grpcsession.DialOptions(allowAll, grpcsession.WithPropagator(w3c))...)
+	want := wantSession()
+
+	unary(t, bound(), c)
+	got := svc.next(t)
+	if !maps.Equal(got.session, want) {
+		t.Fatalf("unary: session %v, want %v", got.session, want)
+	}
+	if v, _ := got.member("app.tenant"); v != "acme" {
+		t.Fatalf("the application's own member did not arrive: %q", got.baggage)
+	}
+	if got.spanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("trace context did not arrive: %v", got.spanContext)
+	}
+
+	if err := duplex(t, bound(), c, 3); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 + afterClose {
+		r := svc.next(t)
+		if !maps.Equal(r.session, want) {
+			t.Fatalf("stream message %d (%s): session %v, want %v", i, r.method, r.session, want)
+		}
+	}
+	if n := policy.Counts().Accepted; n != 2 {
+		t.Fatalf("accepted %d sessions, want 2 (one per call, not per message)", n)
+	}
+}
+
+// From a peer the policy does not trust, an unsigned session and one signed
+// with a key the server does not hold, or with the right key id and the
+// wrong secret, are stripped and counted; the call runs, and the metadata
+// the handler can read holds no session member either. A session signed
+// with the server's key is accepted.
+func TestUntrustedPeerSignedForgedUnsigned(t *testing.T) {
+	verifier, err := propagation.NewVerifier([]propagation.Key{testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := newService()
+	policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
+	var mu sync.Mutex
+	var refusals []error
+	onError := grpcsession.WithOnError(func(_ context.Context, _ string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		refusals = append(refusals, err)
+	})
+	addr := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithInbound(policy), onError)...)
+
+	signer := func(k propagation.Key) grpcsession.Option {
+		s, err := propagation.NewSigner(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s)))
+	}
+	for _, tc := range []struct {
+		name   string
+		client grpcsession.Option
+		accept bool
+		count  func(propagation.Counts) uint64
+		is     error
+	}{
+		{"unsigned", allowAll, false, func(c propagation.Counts) uint64 { return c.Untrusted }, nil},
+		{"unknown key", signer(propagation.Key{ID: "k9", Secret: testKey.Secret}), false, func(c propagation.Counts) uint64 { return c.UnknownKey }, propagation.ErrUnknownKey},
+		{"forged", signer(propagation.Key{ID: testKey.ID, Secret: []byte("a forger's secret, at least 32 bytes")}), false, func(c propagation.Counts) uint64 { return c.BadSignature }, propagation.ErrBadSignature},
+		{"signed", signer(testKey), true, func(c propagation.Counts) uint64 { return c.Signed }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, addr, grpcsession.DialOptions(tc.client)...)
+			before := tc.count(policy.Counts())
+			mu.Lock()
+			refusals = nil
+			mu.Unlock()
+			for _, call := range []string{"unary", "stream"} {
+				if call == "unary" {
+					unary(t, bound(), c)
+				} else if err := duplex(t, bound(), c, 1); err != nil {
+					t.Fatal(err)
+				}
+				for range map[string]int{"unary": 1, "stream": 1 + afterClose}[call] {
+					got := svc.next(t)
+					if tc.accept != (len(got.session) > 0) {
+						t.Fatalf("%s: session %v, accepted %v", call, got.session, tc.accept)
+					}
+					if !tc.accept && got.hasSessionMember() {
+						t.Fatalf("%s: the handler can still read the refused session in its metadata: %q", call, got.baggage)
+					}
+					if v, _ := got.member("app.tenant"); v != "acme" {
+						t.Fatalf("%s: the application's own member was lost: %q", call, got.baggage)
+					}
+				}
+			}
+			if n := tc.count(policy.Counts()) - before; n != 2 {
+				t.Fatalf("counted %d, want 2", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.is != nil && (len(refusals) != 2 || !errors.Is(refusals[0], tc.is)) {
+				t.Fatalf("WithOnError saw %v, want 2 × %v", refusals, tc.is)
+			}
+		})
+	}
+}
+
+// Over TLS, trust follows the verified client certificate: a client whose
+// certificate names the trusted workload is accepted, one with another name
+// or without a certificate is not, and neither is a plaintext client that
+// claims the trusted name as its :authority. The peer's name is the SAN
+// only when the certificate was verified.
+func TestTLSTrustBySAN(t *testing.T) {
+	p := newPKI(t)
+	const gateway = "spiffe://test/ns/gw/sa/gateway"
+	var mu sync.Mutex
+	var peers []propagation.Peer
+	trust := grpcsession.TrustSANs(gateway)
+	policy := propagation.NewInbound(func(ctx context.Context, peer propagation.Peer) bool {
+		mu.Lock()
+		peers = append(peers, peer)
+		mu.Unlock()
+		return trust(ctx, peer)
+	})
+	svc := newService()
+	tlsAddr := serve(t, svc, append(grpcsession.ServerOptions(grpcsession.WithInbound(policy)), p.serverCreds())...)
+	plainAddr := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithInbound(policy))...)
+	gwCert := p.client(t, 10, gateway)
+	otherCert := p.client(t, 11, "spiffe://test/ns/x/sa/intruder")
+
+	for _, tc := range []struct {
+		name     string
+		addr     string
+		opts     []grpc.DialOption
+		accept   bool
+		peerName string
+	}{
+		{"gateway certificate", tlsAddr, []grpc.DialOption{p.clientCreds(&gwCert)}, true, gateway},
+		{"other certificate", tlsAddr, []grpc.DialOption{p.clientCreds(&otherCert)}, false, "spiffe://test/ns/x/sa/intruder"},
+		{"no certificate", tlsAddr, []grpc.DialOption{p.clientCreds(nil)}, false, tlsAddr},
+		{"plaintext claiming the name", plainAddr, []grpc.DialOption{grpc.WithAuthority(gateway)}, false, gateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, tc.addr, append(tc.opts, grpcsession.DialOptions(allowAll)...)...)
+			mu.Lock()
+			peers = nil
+			mu.Unlock()
+			unary(t, bound(), c)
+			if got := svc.next(t); tc.accept != (len(got.session) > 0) {
+				t.Fatalf("unary: session %v, want accepted %v", got.session, tc.accept)
+			}
+			if err := duplex(t, bound(), c, 2); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 + afterClose {
+				if got := svc.next(t); tc.accept != (len(got.session) > 0) {
+					t.Fatalf("stream: session %v, want accepted %v", got.session, tc.accept)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(peers) != 2 {
+				t.Fatalf("the trust function ran %d times, want 2", len(peers))
+			}
+			for _, peer := range peers {
+				if peer.Transport != "grpc" || peer.Name != tc.peerName || peer.Addr != netip.MustParseAddr("127.0.0.1") {
+					t.Fatalf("peer %+v, want grpc 127.0.0.1 named %q", peer, tc.peerName)
+				}
+			}
+		})
+	}
+}
+
+// WithUnauthenticated refuses calls without an accepted session, unary and
+// streaming, before the handler runs; a trusted session passes.
+func TestUnauthenticated(t *testing.T) {
+	svc := newService()
+	trusted := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithUnauthenticated(),
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))...)
+	untrusted := serve(t, svc, grpcsession.ServerOptions(grpcsession.WithUnauthenticated())...)
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		ctx  context.Context
+		opts []grpcsession.Option
+	}{
+		{"missing", trusted, context.Background(), []grpcsession.Option{allowAll}},
+		{"withheld by the client", trusted, bound(), nil},
+		{"refused", untrusted, bound(), []grpcsession.Option{allowAll}},
+		{"malformed", trusted, metadata.AppendToOutgoingContext(context.Background(), "baggage", "session.chat_id=%FF%FE"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, tc.addr, grpcsession.DialOptions(tc.opts...)...)
+			ctx, cancel := context.WithTimeout(tc.ctx, 10*time.Second)
+			defer cancel()
+			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+			if status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("unary: %v, want Unauthenticated", err)
+			}
+			if err := duplex(t, tc.ctx, c, 1); status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("stream: %v, want Unauthenticated", err)
+			}
+			svc.idle(t)
+		})
+	}
+	t.Run("accepted", func(t *testing.T) {
+		c := dial(t, trusted, grpcsession.DialOptions(allowAll)...)
+		unary(t, bound(), c)
+		if got := svc.next(t); len(got.session) == 0 {
+			t.Fatal("no session")
+		}
+		if err := duplex(t, bound(), c, 1); err != nil {
+			t.Fatal(err)
+		}
+		for range 1 + afterClose {
+			svc.next(t)
+		}
+	})
+}
+
+// A baggage-bin entry refuses the call's baggage: no W3C format is binary,
+// so it is tampering or confusion, and nothing behind the interceptor may
+// decode it.
+func TestBaggageBinRefused(t *testing.T) {
+	svc := newService()
+	var got error
+	addr := serve(t, svc, grpcsession.ServerOptions(
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustAll)),
+		grpcsession.WithOnError(func(_ context.Context, _ string, err error) { got = err }))...)
+	// A raw client: nothing filters what it writes.
+	c := dial(t, addr)
+	ctx := metadata.AppendToOutgoingContext(context.Background(),
+		"baggage", "session.chat_id=forged,app.x=1", "baggage-bin", "session.user_id=forged")
+	unary(t, ctx, c)
+	r := svc.next(t)
+	if len(r.session) > 0 || r.hasSessionMember() || len(r.binary) > 0 {
+		t.Fatalf("session %v, metadata %q, %q", r.session, r.baggage, r.binary)
+	}
+	if !errors.Is(got, propagation.ErrMalformedMember) {
+		t.Fatalf("WithOnError saw %v", got)
+	}
+}
