@@ -140,7 +140,10 @@ func withoutOwnedMembers(lines []string) (string, int) {
 }
 
 // memberKey returns the key of one raw list member: what precedes its "="
-// or its properties' ";", without the optional white space around it.
+// or its properties' ";", without the white space around it. W3C allows
+// spaces and tabs there; the OTel parser trims every kind of white space
+// (a vertical tab too), so this does: whatever key the parser would read,
+// this reads.
 func memberKey(m string) string {
 	end := len(m)
 	for i := 0; i < len(m); i++ {
@@ -149,5 +152,5 @@ func memberKey(m string) string {
 			break
 		}
 	}
-	return strings.Trim(m[:end], " \t")
+	return strings.TrimSpace(m[:end])
 }

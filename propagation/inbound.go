@@ -367,14 +367,7 @@ func scanSessionKeys(lines []string) (keySet, error) {
 		for rest := line; rest != ""; {
 			var m string
 			m, rest, _ = strings.Cut(rest, ",")
-			end := len(m) // the key ends at "=" or at the properties' ";"
-			for i := 0; i < len(m); i++ {
-				if m[i] == '=' || m[i] == ';' {
-					end = i
-					break
-				}
-			}
-			key := strings.TrimSpace(m[:end])
+			key := memberKey(m)
 			if key != "" || strings.TrimSpace(m) != "" {
 				members++
 			}

@@ -61,7 +61,7 @@ func TestOutboundRemovesPrewrittenSession(t *testing.T) {
 		return http.Header{
 			"Baggage": {"session.chat_id=forged,app.tenant=acme", "session.user_id=u9"},
 			"baggage": {"session.thread_id=t9,app.lower=1"},
-			"BAGGAGE": {"SESSION.scope_id=g,session%2Ekey=k,app.upper=1"},
+			"BAGGAGE": {"SESSION.scope_id=g,session%2Ekey=k,app.upper=1,\vsession.user_id_alt=v"}, // the OTel parser trims \v
 		}
 	}
 	mine := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "C1", ThreadID: "mine"})
