@@ -10,6 +10,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // BenchmarkOutboundInject measures the outbound policy's one step on its
@@ -41,6 +42,7 @@ func BenchmarkOutboundInject(b *testing.B) {
 
 	raw := func(ctx context.Context) func(*testing.B) {
 		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				prop.Inject(ctx, otelprop.MapCarrier{})
@@ -49,6 +51,7 @@ func BenchmarkOutboundInject(b *testing.B) {
 	}
 	session := func(ctx context.Context, o *propagation.Outbound) func(*testing.B) {
 		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := o.Inject(ctx, prop, otelprop.MapCarrier{}, dest); err != nil {

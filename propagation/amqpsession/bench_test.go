@@ -22,6 +22,7 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
@@ -29,6 +30,7 @@ var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
 	b.Run("Publisher.Inject/raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			msg := &amqp.Publishing{MessageId: "m-1", Body: []byte("hello")}
@@ -46,6 +48,7 @@ func BenchmarkInject(b *testing.B) {
 	})
 	b.Run("Publisher.Inject/session", func(b *testing.B) {
 		pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()), amqpsession.WithOutbound(toQueue))
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := pub.Inject(ctx, &amqp.Publishing{MessageId: "m-1", Body: []byte("hello")}, "chat", "in")
@@ -68,6 +71,7 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 	b.Run("Consumer.Extract/raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			attrs := []attribute.KeyValue{
@@ -85,6 +89,7 @@ func BenchmarkExtract(b *testing.B) {
 	})
 	b.Run("Consumer.Extract/session", func(b *testing.B) {
 		cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()))
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, span, err := cons.Extract(base, d)

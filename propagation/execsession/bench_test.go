@@ -22,6 +22,7 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var (
@@ -35,6 +36,7 @@ func BenchmarkEnviron(b *testing.B) {
 	b.Logf("os.Environ() holds %d variables", len(os.Environ()))
 
 	raw := func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			env := os.Environ()
@@ -48,6 +50,7 @@ func BenchmarkEnviron(b *testing.B) {
 	}
 	session := func(cfg execsession.Config) func(*testing.B) {
 		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkEnv = cfg.Environ(ctx, os.Environ())
@@ -67,12 +70,14 @@ func BenchmarkEnviron(b *testing.B) {
 	// injects nothing), and reading every field, which the policy must do.
 	b.Run("parts/Environ_without_carriers", func(b *testing.B) {
 		cfg := execsession.Config{Propagator: otelprop.NewCompositeTextMapPropagator()}
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = cfg.Environ(ctx, os.Environ())
 		}
 	})
 	b.Run("parts/otelsession.Range", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			n := 0
@@ -81,12 +86,14 @@ func BenchmarkEnviron(b *testing.B) {
 		}
 	})
 	b.Run("parts/propagator.Fields", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkN = len(prop.Fields())
 		}
 	})
 	b.Run("parts/os.Environ", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = os.Environ()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // benchSession sets every field: 16 baggage members on the wire.
@@ -50,6 +51,7 @@ func BenchmarkInbound(b *testing.B) {
 		carrier otelprop.TextMapCarrier
 	}{{"HeaderCarrier", otelprop.HeaderCarrier(h)}, {"MapCarrier", m}} {
 		b.Run(c.name+"/raw", func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkCtx = prop.Extract(bg, c.carrier)
@@ -57,6 +59,7 @@ func BenchmarkInbound(b *testing.B) {
 		})
 		b.Run(c.name+"/session", func(b *testing.B) {
 			policy := propagation.NewInbound(propagation.TrustAll)
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, err := policy.Extract(bg, prop, c.carrier, peer)
@@ -78,6 +81,7 @@ func BenchmarkInbound(b *testing.B) {
 		var hd http.HandlerFunc = func(w http.ResponseWriter, r *http.Request) {
 			next.ServeHTTP(w, r.WithContext(prop.Extract(r.Context(), otelprop.HeaderCarrier(r.Header))))
 		}
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			hd.ServeHTTP(nil, r)
@@ -85,6 +89,7 @@ func BenchmarkInbound(b *testing.B) {
 	})
 	b.Run("Handler/session", func(b *testing.B) {
 		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll)))
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			hd.ServeHTTP(nil, r)
@@ -117,6 +122,7 @@ func BenchmarkOutbound(b *testing.B) {
 
 	raw := func(req *http.Request) func(*testing.B) {
 		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				r := req.Clone(ctx)
@@ -127,6 +133,7 @@ func BenchmarkOutbound(b *testing.B) {
 	}
 	session := func(t *Transport, req *http.Request) func(*testing.B) {
 		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkReq = t.prepare(req)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -34,6 +35,7 @@ func benchRecord() *kgo.Record {
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
 	b.Run("Publisher.Inject/raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			r := benchRecord()
@@ -48,6 +50,7 @@ func BenchmarkInject(b *testing.B) {
 	})
 	b.Run("Publisher.Inject/session", func(b *testing.B) {
 		pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()), kafkasession.WithOutbound(toQueue))
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := pub.Inject(ctx, benchRecord())
@@ -70,6 +73,7 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 	b.Run("Consumer.Extract/raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			attrs := []attribute.KeyValue{
@@ -86,6 +90,7 @@ func BenchmarkExtract(b *testing.B) {
 	})
 	b.Run("Consumer.Extract/session", func(b *testing.B) {
 		cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()))
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, span, err := cons.Extract(base, r)

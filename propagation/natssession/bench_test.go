@@ -23,6 +23,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
@@ -56,6 +57,7 @@ func BenchmarkInject(b *testing.B) {
 		b.Fatal(err)
 	}
 	raw := func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			msg := benchMsg()
@@ -68,6 +70,7 @@ func BenchmarkInject(b *testing.B) {
 	session := func(out *propagation.Outbound) func(*testing.B) {
 		return func(b *testing.B) {
 			pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(out))
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				_, span := pub.Inject(ctx, benchMsg())
@@ -104,6 +107,7 @@ func BenchmarkExtract(b *testing.B) {
 	raw := func(h nats.Header) func(*testing.B) {
 		return func(b *testing.B) {
 			msg := &nats.Msg{Subject: "chat.in", Header: h}
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				attrs := natsAttrs(msg.Subject, "process", semconv.MessagingOperationTypeProcess)
@@ -122,6 +126,7 @@ func BenchmarkExtract(b *testing.B) {
 		return func(b *testing.B) {
 			sub := natssession.NewConsumer(policy, natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
 			msg := &nats.Msg{Subject: "chat.in", Header: h}
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, span, err := sub.Extract(base, msg)
@@ -144,12 +149,14 @@ func BenchmarkExtract(b *testing.B) {
 	w3c.Inject(benchSession(), m)
 	policy := propagation.NewInbound(propagation.TrustAll)
 	b.Run("Inbound.Extract_MapCarrier/raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			check(b, w3c.Extract(base, m))
 		}
 	})
 	b.Run("Inbound.Extract_MapCarrier/session", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, err := policy.Extract(base, w3c, m, propagation.Peer{Transport: "nats", Name: "chat.in"})
