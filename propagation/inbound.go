@@ -535,10 +535,16 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		return nil
 	}
 	var errs []error
-	known := 0
+	known, n := 0, b.Len()
+	// Once every member of b is accounted for, the rows left cannot be
+	// present: they are not looked up, only checked against what the raw
+	// headers held.
 	for i := range fieldKeys {
 		c := &fieldKeys[i]
-		m := b.Member(c.spec.Key)
+		var m baggage.Member
+		if known < n {
+			m = b.Member(c.spec.Key)
+		}
 		if m.Key() == "" {
 			if seen&c.bit != 0 {
 				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
@@ -564,7 +570,11 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		}
 		in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 	}
-	switch m := b.Member(otelsession.AsyncDeliveryKey); {
+	var m baggage.Member
+	if known < n {
+		m = b.Member(otelsession.AsyncDeliveryKey)
+	}
+	switch {
 	case m.Key() == "":
 		if seen&asyncBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
@@ -578,7 +588,11 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		in.present = true
 		in.vals[asyncPos].v, in.vals[asyncPos].ok = m.Value(), true
 	}
-	switch m := b.Member(otelsession.SignatureKey); {
+	m = baggage.Member{}
+	if known < n {
+		m = b.Member(otelsession.SignatureKey)
+	}
+	switch {
 	case m.Key() == "":
 		if seen&sigBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.SignatureKey, ErrMalformedMember))
@@ -587,7 +601,7 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		known++
 		in.present, in.hasSig, in.sig = true, true, m.Value()
 	}
-	if noRaw && b.Len() > known {
+	if noRaw && n > known {
 		for _, m := range b.Members() {
 			if k := m.Key(); otelsession.OwnedKey(k) {
 				if _, ok := otelsession.SpecOf(k); !ok {
