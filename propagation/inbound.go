@@ -378,12 +378,12 @@ func scanSessionKeys(lines []string) (keySet, error) {
 			if key != "" || strings.TrimSpace(m) != "" {
 				members++
 			}
-			c, ok := classify(key)
+			c := classify(key)
 			switch {
-			case !ok && otelsession.OwnedKey(key):
+			case c == nil && otelsession.OwnedKey(key):
 				errs = append(errs, fmt.Errorf("%q: %w", key, ErrUnknownSessionKey))
 				continue
-			case !ok:
+			case c == nil:
 				continue
 			case c.local():
 				errs = append(errs, fmt.Errorf("%s: %w", key, ErrLocalField))
@@ -502,16 +502,20 @@ var keysByLen = func() [][]keyClass {
 	return t
 }()
 
-func classify(key string) (keyClass, bool) {
+// classify returns the row of key, nil when the table does not know it. It
+// runs for every member of every inbound header: it returns a pointer into
+// the table rather than a copy of the row.
+func classify(key string) *keyClass {
 	if len(key) >= len(keysByLen) {
-		return keyClass{}, false
+		return nil
 	}
-	for _, c := range keysByLen[len(key)] {
-		if c.spec.Key == key {
-			return c, true
+	row := keysByLen[len(key)]
+	for i := range row {
+		if row[i].spec.Key == key {
+			return &row[i]
 		}
 	}
-	return keyClass{}, false
+	return nil
 }
 
 // inboundSession is what the policy read of the session in an extracted
