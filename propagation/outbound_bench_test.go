@@ -15,7 +15,7 @@ import (
 
 // BenchmarkOutboundInject measures the outbound policy's one step on its
 // own, beside the stock propagators writing the same context into the same
-// kind of carrier. "raw" is the baseline of every row; "session" is
+// kind of carrier. path=raw is the baseline of every row; path=session is
 // Outbound.Inject, the step every transport calls:
 //
 //   - allowed: the destination may receive the session (16 members);
@@ -60,12 +60,12 @@ func BenchmarkOutboundInject(b *testing.B) {
 			}
 		}
 	}
-	b.Run("allowed/raw", raw(bound))
-	b.Run("allowed/session", session(bound, allow))
-	b.Run("withheld/raw", raw(bound))
-	b.Run("withheld/session", session(bound, deny))
-	b.Run("signed/raw", raw(bound))
-	b.Run("signed/session", session(bound, sign))
-	b.Run("no_session/raw", raw(bare))
-	b.Run("no_session/session", session(bare, allow))
+	b.Run("allowed/path=raw", raw(bound))
+	b.Run("allowed/path=session", session(bound, allow))
+	b.Run("withheld/path=raw", raw(bound))
+	b.Run("withheld/path=session", session(bound, deny))
+	b.Run("signed/path=raw", raw(bound))
+	b.Run("signed/path=session", session(bound, sign))
+	b.Run("no_session/path=raw", raw(bare))
+	b.Run("no_session/path=session", session(bare, allow))
 }

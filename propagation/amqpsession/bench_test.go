@@ -1,7 +1,8 @@
 package amqpsession_test
 
 // Each step beside the raw OpenTelemetry path it should be compared with, as
-// sub-benchmarks "raw" and "session" run one after the other. The raw path
+// sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). The raw path
 // is what a hand-instrumented client does: start the producer (consumer)
 // span with the same attributes and inject (extract) with the stock
 // propagator into (from) the same header table. The tracer is a no-op, so
@@ -29,7 +30,7 @@ var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
 
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
-	b.Run("Publisher.Inject/raw", func(b *testing.B) {
+	b.Run("Publisher.Inject/path=raw", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -46,7 +47,7 @@ func BenchmarkInject(b *testing.B) {
 			span.End()
 		}
 	})
-	b.Run("Publisher.Inject/session", func(b *testing.B) {
+	b.Run("Publisher.Inject/path=session", func(b *testing.B) {
 		pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()), amqpsession.WithOutbound(toQueue))
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
@@ -70,7 +71,7 @@ func BenchmarkExtract(b *testing.B) {
 			b.Fatalf("chat id %q after extract", v)
 		}
 	}
-	b.Run("Consumer.Extract/raw", func(b *testing.B) {
+	b.Run("Consumer.Extract/path=raw", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -87,7 +88,7 @@ func BenchmarkExtract(b *testing.B) {
 			check(b, ctx)
 		}
 	})
-	b.Run("Consumer.Extract/session", func(b *testing.B) {
+	b.Run("Consumer.Extract/path=session", func(b *testing.B) {
 		cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()))
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()

@@ -5,7 +5,7 @@ package execsession_test
 //	go test -run '^$' -bench Environ -benchmem -count 8 -benchtime 0.3s ./propagation/execsession/
 //
 // Both start from the same context (a full session bound with Bind, and a
-// span) and the same os.Environ(); the baseline ("raw") only injects the
+// span) and the same os.Environ(); the baseline (path=raw) only injects the
 // carriers with envcar and appends them, with no leak policy and no legacy
 // variables. Environ_signed signs the session it sends (the parent's
 // outbound policy with a signer); its baseline is the same raw path.
@@ -61,10 +61,10 @@ func BenchmarkEnviron(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("Environ/raw", raw)
-	b.Run("Environ/session", session(execsession.Config{Propagator: prop}))
-	b.Run("Environ_signed/raw", raw)
-	b.Run("Environ_signed/session", session(execsession.Config{Propagator: prop,
+	b.Run("Environ/path=raw", raw)
+	b.Run("Environ/path=session", session(execsession.Config{Propagator: prop}))
+	b.Run("Environ_signed/path=raw", raw)
+	b.Run("Environ_signed/path=session", session(execsession.Config{Propagator: prop,
 		Outbound: propagation.NewOutbound(nil, propagation.WithSigner(signer))}))
 	// Where Environ's extra time goes: the policy alone (a propagator that
 	// injects nothing), and reading every field, which the policy must do.

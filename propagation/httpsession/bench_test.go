@@ -1,7 +1,8 @@
 package httpsession
 
 // Each boundary beside the raw OpenTelemetry path it should be compared
-// with, as sub-benchmarks "raw" and "session" run one after the other. Run:
+// with, as sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). Run:
 //
 //	go test -run '^$' -bench . -benchmem -count 8 -benchtime 0.3s ./propagation/httpsession/
 
@@ -50,14 +51,14 @@ func BenchmarkInbound(b *testing.B) {
 		name    string
 		carrier otelprop.TextMapCarrier
 	}{{"HeaderCarrier", otelprop.HeaderCarrier(h)}, {"MapCarrier", m}} {
-		b.Run(c.name+"/raw", func(b *testing.B) {
+		b.Run(c.name+"/path=raw", func(b *testing.B) {
 			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkCtx = prop.Extract(bg, c.carrier)
 			}
 		})
-		b.Run(c.name+"/session", func(b *testing.B) {
+		b.Run(c.name+"/path=session", func(b *testing.B) {
 			policy := propagation.NewInbound(propagation.TrustAll)
 			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
@@ -77,7 +78,7 @@ func BenchmarkInbound(b *testing.B) {
 	r := httptest.NewRequest(http.MethodGet, "http://notify.internal/", nil)
 	r.Header = h
 	r.RemoteAddr = "127.0.0.1:50000"
-	b.Run("Handler/raw", func(b *testing.B) {
+	b.Run("Handler/path=raw", func(b *testing.B) {
 		var hd http.HandlerFunc = func(w http.ResponseWriter, r *http.Request) {
 			next.ServeHTTP(w, r.WithContext(prop.Extract(r.Context(), otelprop.HeaderCarrier(r.Header))))
 		}
@@ -87,7 +88,7 @@ func BenchmarkInbound(b *testing.B) {
 			hd.ServeHTTP(nil, r)
 		}
 	})
-	b.Run("Handler/session", func(b *testing.B) {
+	b.Run("Handler/path=session", func(b *testing.B) {
 		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll)))
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
@@ -140,10 +141,10 @@ func BenchmarkOutbound(b *testing.B) {
 			}
 		}
 	}
-	b.Run("Transport_allowed/raw", raw(allowed))
-	b.Run("Transport_allowed/session", session(plain, allowed))
-	b.Run("Transport_withheld/raw", raw(withheld))
-	b.Run("Transport_withheld/session", session(plain, withheld))
-	b.Run("Transport_signed/raw", raw(allowed))
-	b.Run("Transport_signed/session", session(signed, allowed))
+	b.Run("Transport_allowed/path=raw", raw(allowed))
+	b.Run("Transport_allowed/path=session", session(plain, allowed))
+	b.Run("Transport_withheld/path=raw", raw(withheld))
+	b.Run("Transport_withheld/path=session", session(plain, withheld))
+	b.Run("Transport_signed/path=raw", raw(allowed))
+	b.Run("Transport_signed/path=session", session(signed, allowed))
 }

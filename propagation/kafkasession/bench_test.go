@@ -1,7 +1,8 @@
 package kafkasession_test
 
 // Each step beside the raw OpenTelemetry path it should be compared with, as
-// sub-benchmarks "raw" and "session" run one after the other. The raw path
+// sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). The raw path
 // is what a hand-instrumented client does: start the producer (consumer)
 // span with the same attributes and inject (extract) with the stock
 // propagator into (from) the same record headers. The tracer is a no-op, so
@@ -34,7 +35,7 @@ func benchRecord() *kgo.Record {
 
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
-	b.Run("Publisher.Inject/raw", func(b *testing.B) {
+	b.Run("Publisher.Inject/path=raw", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -48,7 +49,7 @@ func BenchmarkInject(b *testing.B) {
 			span.End()
 		}
 	})
-	b.Run("Publisher.Inject/session", func(b *testing.B) {
+	b.Run("Publisher.Inject/path=session", func(b *testing.B) {
 		pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()), kafkasession.WithOutbound(toQueue))
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
@@ -72,7 +73,7 @@ func BenchmarkExtract(b *testing.B) {
 			b.Fatalf("chat id %q after extract", v)
 		}
 	}
-	b.Run("Consumer.Extract/raw", func(b *testing.B) {
+	b.Run("Consumer.Extract/path=raw", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -88,7 +89,7 @@ func BenchmarkExtract(b *testing.B) {
 			check(b, ctx)
 		}
 	})
-	b.Run("Consumer.Extract/session", func(b *testing.B) {
+	b.Run("Consumer.Extract/path=session", func(b *testing.B) {
 		cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()))
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()

@@ -1,7 +1,8 @@
 package natssession_test
 
 // Each step beside the raw OpenTelemetry path it should be compared with, as
-// sub-benchmarks "raw" and "session" run one after the other. The raw path
+// sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). The raw path
 // is what a hand-instrumented client does: start the producer (consumer)
 // span with the same attributes and inject (extract) with the stock
 // propagator into (from) the same header. The tracer is a no-op, so that
@@ -78,10 +79,10 @@ func BenchmarkInject(b *testing.B) {
 			}
 		}
 	}
-	b.Run("Publisher.Inject/raw", raw)
-	b.Run("Publisher.Inject/session", session(toQueue))
-	b.Run("Publisher.Inject_signed/raw", raw)
-	b.Run("Publisher.Inject_signed/session", session(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))))
+	b.Run("Publisher.Inject/path=raw", raw)
+	b.Run("Publisher.Inject/path=session", session(toQueue))
+	b.Run("Publisher.Inject_signed/path=raw", raw)
+	b.Run("Publisher.Inject_signed/path=session", session(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))))
 }
 
 func BenchmarkExtract(b *testing.B) {
@@ -138,24 +139,24 @@ func BenchmarkExtract(b *testing.B) {
 			}
 		}
 	}
-	b.Run("Consumer.Extract/raw", raw(plainH))
-	b.Run("Consumer.Extract/session", session(propagation.NewInbound(propagation.TrustAll), plainH))
-	b.Run("Consumer.Extract_verified/raw", raw(signedH))
-	b.Run("Consumer.Extract_verified/session", session(verifying(b), signedH))
+	b.Run("Consumer.Extract/path=raw", raw(plainH))
+	b.Run("Consumer.Extract/path=session", session(propagation.NewInbound(propagation.TrustAll), plainH))
+	b.Run("Consumer.Extract_verified/path=raw", raw(signedH))
+	b.Run("Consumer.Extract_verified/path=session", session(verifying(b), signedH))
 
 	// The inbound policy alone from a MapCarrier (one baggage string, the
 	// propagator's single-header path), beside the stock extraction.
 	m := otelprop.MapCarrier{}
 	w3c.Inject(benchSession(), m)
 	policy := propagation.NewInbound(propagation.TrustAll)
-	b.Run("Inbound.Extract_MapCarrier/raw", func(b *testing.B) {
+	b.Run("Inbound.Extract_MapCarrier/path=raw", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			check(b, w3c.Extract(base, m))
 		}
 	})
-	b.Run("Inbound.Extract_MapCarrier/session", func(b *testing.B) {
+	b.Run("Inbound.Extract_MapCarrier/path=session", func(b *testing.B) {
 		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
