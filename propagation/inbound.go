@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -191,6 +192,9 @@ func (p *Inbound) Counts() Counts {
 
 const baggageHeader = "baggage"
 
+// canonicalBaggage is baggageHeader as net/http stores it.
+var canonicalBaggage = http.CanonicalHeaderKey(baggageHeader)
+
 // Extract is the whole inbound path. It Resets the session of ctx (work
 // never inherits whatever the caller's base context held), extracts carrier
 // with prop (otel.GetTextMapPropagator() when nil), then applies the policy:
@@ -212,10 +216,17 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		prop = otel.GetTextMapPropagator()
 	}
 	var raw []string
-	if vg, ok := carrier.(otelprop.ValuesGetter); ok {
-		raw = vg.Values(baggageHeader)
-	} else if v := carrier.Get(baggageHeader); v != "" {
-		raw = []string{v}
+	switch c := carrier.(type) {
+	case otelprop.HeaderCarrier:
+		// What c.Values(baggageHeader) returns, without canonicalising the
+		// name again on every request.
+		raw = c[canonicalBaggage]
+	case otelprop.ValuesGetter:
+		raw = c.Values(baggageHeader)
+	default:
+		if v := carrier.Get(baggageHeader); v != "" {
+			raw = []string{v}
+		}
 	}
 	if holdsSession(ctx) {
 		ctx = otelsession.Reset(ctx)
