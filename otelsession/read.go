@@ -163,6 +163,9 @@ func declaredStateless(ctx context.Context) bool {
 func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
+	// Once every member of b has been found, the fields left are Unset
+	// without a look-up.
+	found, n := 0, b.Len()
 	for i := range numFields {
 		var v string
 		var st State
@@ -170,8 +173,10 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 			if l != nil {
 				v, st = l.vals[j], l.st[j]
 			}
-		} else {
-			v, st = memberState(b.Member(fieldKeys[i]))
+		} else if found < n {
+			if v, st = memberState(b.Member(fieldKeys[i])); st != Unset {
+				found++
+			}
 		}
 		if !fn(Field(i+1), v, st) {
 			return

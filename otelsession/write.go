@@ -335,7 +335,16 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 // follow in old's order and are dropped, largest first, only when the whole
 // does not fit the W3C limits.
 func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
-	members := make([]baggage.Member, 0, old.Len()+len(remoteFields)+1)
+	// Room for what can be kept of old, what is set, and the async member:
+	// Reset and Clear keep none of the session, and run for every session
+	// an outbound policy withholds.
+	n := old.Len() + 1
+	for _, f := range remoteFields {
+		if e.op[f-1] == opSet {
+			n++
+		}
+	}
+	members := make([]baggage.Member, 0, n)
 	add := func(key, value string) {
 		// Keys are constants and values were checked; NewMemberRaw cannot
 		// fail here, and a member that did would simply be left out.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -191,6 +192,9 @@ func (p *Inbound) Counts() Counts {
 
 const baggageHeader = "baggage"
 
+// canonicalBaggage is baggageHeader as net/http stores it.
+var canonicalBaggage = http.CanonicalHeaderKey(baggageHeader)
+
 // Extract is the whole inbound path. It Resets the session of ctx (work
 // never inherits whatever the caller's base context held), extracts carrier
 // with prop (otel.GetTextMapPropagator() when nil), then applies the policy:
@@ -212,10 +216,17 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		prop = otel.GetTextMapPropagator()
 	}
 	var raw []string
-	if vg, ok := carrier.(otelprop.ValuesGetter); ok {
-		raw = vg.Values(baggageHeader)
-	} else if v := carrier.Get(baggageHeader); v != "" {
-		raw = []string{v}
+	switch c := carrier.(type) {
+	case otelprop.HeaderCarrier:
+		// What c.Values(baggageHeader) returns, without canonicalising the
+		// name again on every request.
+		raw = c[canonicalBaggage]
+	case otelprop.ValuesGetter:
+		raw = c.Values(baggageHeader)
+	default:
+		if v := carrier.Get(baggageHeader); v != "" {
+			raw = []string{v}
+		}
 	}
 	if holdsSession(ctx) {
 		ctx = otelsession.Reset(ctx)
@@ -371,12 +382,12 @@ func scanSessionKeys(lines []string) (keySet, error) {
 			if key != "" || strings.TrimSpace(m) != "" {
 				members++
 			}
-			c, ok := classify(key)
+			c := classify(key)
 			switch {
-			case !ok && otelsession.OwnedKey(key):
+			case c == nil && otelsession.OwnedKey(key):
 				errs = append(errs, fmt.Errorf("%q: %w", key, ErrUnknownSessionKey))
 				continue
-			case !ok:
+			case c == nil:
 				continue
 			case c.local():
 				errs = append(errs, fmt.Errorf("%s: %w", key, ErrLocalField))
@@ -495,16 +506,20 @@ var keysByLen = func() [][]keyClass {
 	return t
 }()
 
-func classify(key string) (keyClass, bool) {
+// classify returns the row of key, nil when the table does not know it. It
+// runs for every member of every inbound header: it returns a pointer into
+// the table rather than a copy of the row.
+func classify(key string) *keyClass {
 	if len(key) >= len(keysByLen) {
-		return keyClass{}, false
+		return nil
 	}
-	for _, c := range keysByLen[len(key)] {
-		if c.spec.Key == key {
-			return c, true
+	row := keysByLen[len(key)]
+	for i := range row {
+		if row[i].spec.Key == key {
+			return &row[i]
 		}
 	}
-	return keyClass{}, false
+	return nil
 }
 
 // inboundSession is what the policy read of the session in an extracted
@@ -528,10 +543,16 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		return nil
 	}
 	var errs []error
-	known := 0
+	known, n := 0, b.Len()
+	// Once every member of b is accounted for, the rows left cannot be
+	// present: they are not looked up, only checked against what the raw
+	// headers held.
 	for i := range fieldKeys {
 		c := &fieldKeys[i]
-		m := b.Member(c.spec.Key)
+		var m baggage.Member
+		if known < n {
+			m = b.Member(c.spec.Key)
+		}
 		if m.Key() == "" {
 			if seen&c.bit != 0 {
 				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
@@ -557,7 +578,11 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		}
 		in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 	}
-	switch m := b.Member(otelsession.AsyncDeliveryKey); {
+	var m baggage.Member
+	if known < n {
+		m = b.Member(otelsession.AsyncDeliveryKey)
+	}
+	switch {
 	case m.Key() == "":
 		if seen&asyncBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
@@ -571,7 +596,11 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		in.present = true
 		in.vals[asyncPos].v, in.vals[asyncPos].ok = m.Value(), true
 	}
-	switch m := b.Member(otelsession.SignatureKey); {
+	m = baggage.Member{}
+	if known < n {
+		m = b.Member(otelsession.SignatureKey)
+	}
+	switch {
 	case m.Key() == "":
 		if seen&sigBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.SignatureKey, ErrMalformedMember))
@@ -580,7 +609,7 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		known++
 		in.present, in.hasSig, in.sig = true, true, m.Value()
 	}
-	if noRaw && b.Len() > known {
+	if noRaw && n > known {
 		for _, m := range b.Members() {
 			if k := m.Key(); otelsession.OwnedKey(k) {
 				if _, ok := otelsession.SpecOf(k); !ok {

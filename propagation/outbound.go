@@ -310,8 +310,12 @@ func outboundSession(b baggage.Baggage) (present, strays bool, err error) {
 	if b.Len() == 0 {
 		return false, false, nil
 	}
-	known := 0
+	known, n := 0, b.Len()
 	for i := range outSpecs {
+		if known == n {
+			// Every member is accounted for: no later row can be present.
+			break
+		}
 		s := &outSpecs[i]
 		m := b.Member(s.Key)
 		if m.Key() == "" {
@@ -335,7 +339,7 @@ func outboundSession(b baggage.Baggage) (present, strays bool, err error) {
 			err = verr
 		}
 	}
-	if b.Len() > known {
+	if n > known {
 		for _, m := range b.Members() {
 			if k := m.Key(); otelsession.OwnedKey(k) {
 				if _, ok := otelsession.SpecOf(k); !ok {

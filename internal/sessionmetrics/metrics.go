@@ -8,7 +8,9 @@ package sessionmetrics
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -52,10 +54,19 @@ type instruments struct {
 var (
 	once sync.Once
 	inst instruments
-	// opts caches the attribute sets: building one per call would cost more
-	// than the policy's own checks.
-	opts sync.Map // string -> metric.AddOption
+	// opts caches the attribute sets, each as the one-element option list
+	// Add takes: building one per call (or the string key and the variadic
+	// slice of the cache it replaced) would cost more than the policy's own
+	// checks. The map is replaced, never written, so a read takes no lock.
+	opts   atomic.Pointer[map[optKey][]metric.AddOption]
+	optsMu sync.Mutex
 )
+
+// optKey names one attribute set: the counter and its attribute values.
+type optKey struct {
+	counter byte
+	a, b, c string
+}
 
 func get() *instruments {
 	once.Do(func() {
@@ -74,20 +85,45 @@ func get() *instruments {
 	return &inst
 }
 
-func option(cacheKey string, kvs ...attribute.KeyValue) metric.AddOption {
-	if o, ok := opts.Load(cacheKey); ok {
-		return o.(metric.AddOption)
+// option returns the cached option list of k, building it with kvs the
+// first time.
+func option(k optKey, kvs func() []attribute.KeyValue) []metric.AddOption {
+	if m := opts.Load(); m != nil {
+		if o, ok := (*m)[k]; ok {
+			return o
+		}
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	opts.Store(cacheKey, o)
+	optsMu.Lock()
+	defer optsMu.Unlock()
+	old := opts.Load()
+	if old != nil {
+		if o, ok := (*old)[k]; ok {
+			return o
+		}
+	}
+	m := make(map[optKey][]metric.AddOption, 1+mapLen(old))
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	o := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kvs()...))}
+	m[k] = o
+	opts.Store(&m)
 	return o
+}
+
+func mapLen(m *map[optKey][]metric.AddOption) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // Inbound counts one inbound session: outcome "accepted", "untrusted" or
 // "refused", reason "" unless refused.
 func Inbound(transport, outcome, reason string) {
-	get().inbound.Add(context.Background(), 1, option("i\x00"+transport+"\x00"+outcome+"\x00"+reason,
-		TransportKey.String(transport), OutcomeKey.String(outcome), ReasonKey.String(reason)))
+	get().inbound.Add(context.Background(), 1, option(optKey{'i', transport, outcome, reason}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), ReasonKey.String(reason)}
+	})...)
 }
 
 // Outbound counts one carrier: outcome "sent" or "withheld".
@@ -96,18 +132,22 @@ func Outbound(transport, outcome string, signed bool) {
 	if signed {
 		s = "1"
 	}
-	get().outbound.Add(context.Background(), 1, option("o\x00"+transport+"\x00"+outcome+"\x00"+s,
-		TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)))
+	get().outbound.Add(context.Background(), 1, option(optKey{'o', transport, outcome, s}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)}
+	})...)
 }
 
 // Prewritten counts n session members removed from a carrier.
 func Prewritten(transport string, n int) {
-	get().prewritten.Add(context.Background(), int64(n), option("p\x00"+transport, TransportKey.String(transport)))
+	get().prewritten.Add(context.Background(), int64(n), option(optKey{'p', transport, "", ""}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{TransportKey.String(transport)}
+	})...)
 }
 
 // Value counts one display value cut or dropped: outcome "truncated" or
 // "dropped", direction "bind" or "inbound".
 func Value(key, outcome, direction string) {
-	get().values.Add(context.Background(), 1, option("v\x00"+key+"\x00"+outcome+"\x00"+direction,
-		KeyKey.String(key), OutcomeKey.String(outcome), DirectionKey.String(direction)))
+	get().values.Add(context.Background(), 1, option(optKey{'v', key, outcome, direction}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{KeyKey.String(key), OutcomeKey.String(outcome), DirectionKey.String(direction)}
+	})...)
 }

@@ -134,7 +134,7 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 	}
 	peer := propagation.Peer{Transport: Transport, Name: name, MessageID: binding(name, d.RoutingKey, d.MessageId)}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, TableCarrier(d.Headers),
-		peer, fmt.Sprintf("delivery from AMQP exchange %q", name))
+		peer, func() string { return fmt.Sprintf("delivery from AMQP exchange %q", name) })
 }
 
 // binding is what a signature on a message is bound to: its exchange, its

@@ -2,11 +2,13 @@ package execsession_test
 
 // Environ beside the raw OpenTelemetry path it wraps. Run:
 //
-//	go test -run '^$' -bench Environ -benchmem -count 6 ./propagation/execsession/
+//	go test -run '^$' -bench Environ -benchmem -count 8 -benchtime 0.3s ./propagation/execsession/
 //
 // Both start from the same context (a full session bound with Bind, and a
-// span) and the same os.Environ(); the baseline only injects the carriers
-// with envcar and appends them, with no leak policy and no legacy variables.
+// span) and the same os.Environ(); the baseline (path=raw) only injects the
+// carriers with envcar and appends them, with no leak policy and no legacy
+// variables. Environ_signed signs the session it sends (the parent's
+// outbound policy with a signer); its baseline is the same raw path.
 
 import (
 	"context"
@@ -18,7 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var (
@@ -31,14 +35,8 @@ func BenchmarkEnviron(b *testing.B) {
 	ctx := trace.ContextWithSpanContext(otelsession.Bind(context.Background(), fullSession("/srv/work/alice")), testTrace)
 	b.Logf("os.Environ() holds %d variables", len(os.Environ()))
 
-	b.Run("sessionwire/Environ", func(b *testing.B) {
-		cfg := execsession.Config{Propagator: prop}
-		b.ReportAllocs()
-		for b.Loop() {
-			sinkEnv = cfg.Environ(ctx, os.Environ())
-		}
-	})
-	b.Run("baseline/envcar_inject_and_append", func(b *testing.B) {
+	raw := func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			env := os.Environ()
@@ -49,17 +47,37 @@ func BenchmarkEnviron(b *testing.B) {
 			}
 			sinkEnv = env
 		}
-	})
+	}
+	session := func(cfg execsession.Config) func(*testing.B) {
+		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkEnv = cfg.Environ(ctx, os.Environ())
+			}
+		}
+	}
+	signer, err := propagation.NewSigner(propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Environ/path=raw", raw)
+	b.Run("Environ/path=session", session(execsession.Config{Propagator: prop}))
+	b.Run("Environ_signed/path=raw", raw)
+	b.Run("Environ_signed/path=session", session(execsession.Config{Propagator: prop,
+		Outbound: propagation.NewOutbound(nil, propagation.WithSigner(signer))}))
 	// Where Environ's extra time goes: the policy alone (a propagator that
 	// injects nothing), and reading every field, which the policy must do.
 	b.Run("parts/Environ_without_carriers", func(b *testing.B) {
 		cfg := execsession.Config{Propagator: otelprop.NewCompositeTextMapPropagator()}
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = cfg.Environ(ctx, os.Environ())
 		}
 	})
 	b.Run("parts/otelsession.Range", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			n := 0
@@ -68,12 +86,14 @@ func BenchmarkEnviron(b *testing.B) {
 		}
 	})
 	b.Run("parts/propagator.Fields", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkN = len(prop.Fields())
 		}
 	})
 	b.Run("parts/os.Environ", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = os.Environ()

@@ -1,16 +1,24 @@
 package httpsession
 
+// Each boundary beside the raw OpenTelemetry path it should be compared
+// with, as sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). Run:
+//
+//	go test -run '^$' -bench . -benchmem -count 8 -benchtime 0.3s ./propagation/httpsession/
+
 import (
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"testing"
+	"time"
 
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // benchSession sets every field: 16 baggage members on the wire.
@@ -23,7 +31,10 @@ var benchSession = otelsession.Session{
 	ParentChatID: "-1001234567000", Cron: otelsession.CronOn, Cwd: "/srv/work",
 }
 
-var sinkCtx context.Context
+var (
+	sinkCtx context.Context
+	sinkReq *http.Request
+)
 
 // BenchmarkInbound compares the inbound policy with the plain OTel baggage
 // extraction of the same header (a full session, as Bind and the stock
@@ -40,14 +51,16 @@ func BenchmarkInbound(b *testing.B) {
 		name    string
 		carrier otelprop.TextMapCarrier
 	}{{"HeaderCarrier", otelprop.HeaderCarrier(h)}, {"MapCarrier", m}} {
-		b.Run(c.name+"/otel", func(b *testing.B) {
+		b.Run(c.name+"/path=raw", func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkCtx = prop.Extract(bg, c.carrier)
 			}
 		})
-		b.Run(c.name+"/policy", func(b *testing.B) {
+		b.Run(c.name+"/path=session", func(b *testing.B) {
 			policy := propagation.NewInbound(propagation.TrustAll)
+			defer sessiontest.CPUTime(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, err := policy.Extract(bg, prop, c.carrier, peer)
@@ -59,13 +72,25 @@ func BenchmarkInbound(b *testing.B) {
 		})
 	}
 	// The handler's whole per-request step (peer, policy, request copy)
-	// around a handler that does nothing.
-	b.Run("HeaderCarrier/Handler", func(b *testing.B) {
-		var next http.HandlerFunc = func(_ http.ResponseWriter, r *http.Request) { sinkCtx = r.Context() }
+	// around a handler that does nothing, beside a hand-written handler that
+	// extracts with the stock propagator and copies the request.
+	var next http.HandlerFunc = func(_ http.ResponseWriter, r *http.Request) { sinkCtx = r.Context() }
+	r := httptest.NewRequest(http.MethodGet, "http://notify.internal/", nil)
+	r.Header = h
+	r.RemoteAddr = "127.0.0.1:50000"
+	b.Run("Handler/path=raw", func(b *testing.B) {
+		var hd http.HandlerFunc = func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(prop.Extract(r.Context(), otelprop.HeaderCarrier(r.Header))))
+		}
+		defer sessiontest.CPUTime(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			hd.ServeHTTP(nil, r)
+		}
+	})
+	b.Run("Handler/path=session", func(b *testing.B) {
 		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll)))
-		r := httptest.NewRequest(http.MethodGet, "http://notify.internal/", nil)
-		r.Header = h
-		r.RemoteAddr = "127.0.0.1:50000"
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			hd.ServeHTTP(nil, r)
@@ -74,8 +99,8 @@ func BenchmarkInbound(b *testing.B) {
 }
 
 // BenchmarkOutbound compares the Transport's injection step (copy the
-// request, decide, inject; strip for a denied host) with the plain OTel
-// injection of the same full session.
+// request, decide, inject; strip for a withheld host; sign) with the plain
+// OTel injection of the same full session into a copy of the request.
 func BenchmarkOutbound(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), benchSession)
 	prop := otelprop.Baggage{}
@@ -83,39 +108,43 @@ func BenchmarkOutbound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	denied, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/v1/send", nil)
+	withheld, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/v1/send", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	t := &Transport{Propagator: prop, Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{".internal"}}))}
-	var sink *http.Request
+	signer, err := propagation.NewSigner(propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")},
+		propagation.WithClock(func() time.Time { return time.Unix(1_767_225_600, 0) }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	internal := propagation.AllowURLs(propagation.Egress{Hosts: []string{".internal"}})
+	plain := &Transport{Propagator: prop, Outbound: propagation.NewOutbound(internal)}
+	signed := &Transport{Propagator: prop, Outbound: propagation.NewOutbound(internal, propagation.WithSigner(signer))}
 
-	b.Run("otel/Inject", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			h := make(http.Header, 1)
-			prop.Inject(ctx, otelprop.HeaderCarrier(h))
+	raw := func(req *http.Request) func(*testing.B) {
+		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				r := req.Clone(ctx)
+				prop.Inject(ctx, otelprop.HeaderCarrier(r.Header))
+				sinkReq = r
+			}
 		}
-	})
-	b.Run("otel/Clone+Inject", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			r := allowed.Clone(ctx)
-			prop.Inject(ctx, otelprop.HeaderCarrier(r.Header))
-			sink = r
+	}
+	session := func(t *Transport, req *http.Request) func(*testing.B) {
+		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkReq = t.prepare(req)
+			}
 		}
-	})
-	b.Run("Transport/allowed", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = t.prepare(allowed)
-		}
-	})
-	b.Run("Transport/denied", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = t.prepare(denied)
-		}
-	})
-	_ = sink
+	}
+	b.Run("Transport_allowed/path=raw", raw(allowed))
+	b.Run("Transport_allowed/path=session", session(plain, allowed))
+	b.Run("Transport_withheld/path=raw", raw(withheld))
+	b.Run("Transport_withheld/path=session", session(plain, withheld))
+	b.Run("Transport_signed/path=raw", raw(allowed))
+	b.Run("Transport_signed/path=session", session(signed, allowed))
 }

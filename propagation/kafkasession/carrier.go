@@ -1,6 +1,7 @@
 package kafkasession
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -99,6 +100,17 @@ func (c RecordCarrier) Keys() []string {
 		return nil
 	}
 	keys := make([]string, 0, len(c.r.Headers))
+	// A record has a handful of headers, and the outbound policy lists them
+	// for every record it sends: a linear search costs less than a map.
+	// Past a few dozen, the map keeps it linear.
+	if len(c.r.Headers) <= 16 {
+		for _, h := range c.r.Headers {
+			if !slices.Contains(keys, h.Key) {
+				keys = append(keys, h.Key)
+			}
+		}
+		return keys
+	}
 	seen := make(map[string]bool, len(c.r.Headers))
 	for _, h := range c.r.Headers {
 		if !seen[h.Key] {

@@ -123,7 +123,7 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	carrier := NewRecordCarrier(r)
 	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, carrier.Get(MessageIDHeader))}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, carrier,
-		peer, fmt.Sprintf("record from Kafka topic %q", r.Topic))
+		peer, func() string { return fmt.Sprintf("record from Kafka topic %q", r.Topic) })
 }
 
 // MessageIDHeader is the record header that carries a producer-chosen

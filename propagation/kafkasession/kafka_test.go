@@ -3,6 +3,7 @@ package kafkasession_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +78,25 @@ func TestRecordCarrierSetReplacesEverySpelling(t *testing.T) {
 	}
 	if k := c.Keys(); !slices.Equal(k, []string{"a", "b", "baggage"}) {
 		t.Errorf("Keys = %v", k)
+	}
+}
+
+// Keys lists each key once, in order of first appearance, for a record with
+// a few headers and for one with many (the two ways it deduplicates).
+func TestRecordCarrierKeysAreDistinct(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{3, 40} {
+		var kv, want []string
+		for i := range n {
+			k := fmt.Sprint("k", i%(n/2+1))
+			kv = append(kv, k, "v")
+			if !slices.Contains(want, k) {
+				want = append(want, k)
+			}
+		}
+		if got := kafkasession.NewRecordCarrier(&kgo.Record{Headers: h(kv...)}).Keys(); !slices.Equal(got, want) {
+			t.Errorf("%d headers: Keys = %v, want %v", n, got, want)
+		}
 	}
 }
 

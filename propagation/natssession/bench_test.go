@@ -1,90 +1,169 @@
 package natssession_test
 
+// Each step beside the raw OpenTelemetry path it should be compared with, as
+// sub-benchmarks path=raw and path=session run one after the other
+// (benchstat -col /path sets them side by side). The raw path
+// is what a hand-instrumented client does: start the producer (consumer)
+// span with the same attributes and inject (extract) with the stock
+// propagator into (from) the same header. The tracer is a no-op, so that
+// only the carrying is measured. Run:
+//
+//	go test -run '^$' -bench . -benchmem -count 8 -benchtime 0.3s ./propagation/natssession/
+
 import (
 	"context"
-	"net/http"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 	otelprop "go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
-
-// The baseline beside each benchmark is the raw OTel propagator on a
-// MapCarrier, with the same full session; the tracer is a no-op so that only
-// the carrying is measured.
 
 func benchSession() context.Context {
 	return conversationFor(1).bind(context.Background())
 }
 
+var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
+
+// natsAttrs are the attributes natssession puts on its spans, so that the
+// raw path builds as many.
+func natsAttrs(subject, op string, kind attribute.KeyValue) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("messaging.system", "nats"),
+		semconv.MessagingDestinationName(subject),
+		kind,
+		semconv.MessagingOperationName(op),
+	}
+}
+
+// benchMsg is a JetStream-style message with its own id, which a signature
+// is bound to.
+func benchMsg() *nats.Msg {
+	return &nats.Msg{Subject: "chat.in", Header: nats.Header{jetstream.MsgIDHeader: []string{"m-1"}}}
+}
+
 func BenchmarkInject(b *testing.B) {
 	ctx := benchSession()
-	b.Run("raw propagator to MapCarrier", func(b *testing.B) {
+	s, err := propagation.NewSigner(gatewayKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
-			w3c.Inject(ctx, otelprop.MapCarrier{})
-		}
-	})
-	b.Run("Publisher.Inject to nats.Msg", func(b *testing.B) {
-		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(toQueue))
-		b.ReportAllocs()
-		for b.Loop() {
-			_, span := pub.Inject(ctx, &nats.Msg{Subject: "chat.in"})
+			msg := benchMsg()
+			ctx, span := benchTracer.Start(ctx, "publish "+msg.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(natsAttrs(msg.Subject, "publish", semconv.MessagingOperationTypeSend)...))
+			w3c.Inject(ctx, natssession.HeaderCarrier(msg.Header))
 			span.End()
 		}
-	})
+	}
+	session := func(out *propagation.Outbound) func(*testing.B) {
+		return func(b *testing.B) {
+			pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(out))
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				_, span := pub.Inject(ctx, benchMsg())
+				span.End()
+			}
+		}
+	}
+	b.Run("Publisher.Inject/path=raw", raw)
+	b.Run("Publisher.Inject/path=session", session(toQueue))
+	b.Run("Publisher.Inject_signed/path=raw", raw)
+	b.Run("Publisher.Inject_signed/path=session", session(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))))
 }
 
 func BenchmarkExtract(b *testing.B) {
-	m := otelprop.MapCarrier{}
-	w3c.Inject(benchSession(), m)
-	h := nats.Header{}
-	for k, v := range m {
-		h[k] = []string{v}
+	s, err := propagation.NewSigner(gatewayKey)
+	if err != nil {
+		b.Fatal(err)
 	}
-	msg := &nats.Msg{Subject: "chat.in", Header: h}
-	policy := propagation.NewInbound(propagation.TrustAll)
+	header := func(out *propagation.Outbound) nats.Header {
+		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(out))
+		msg := benchMsg()
+		_, span := pub.Inject(benchSession(), msg)
+		span.End()
+		return msg.Header
+	}
+	plainH := header(toQueue)
+	signedH := header(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s)))
 	base := context.Background()
 	check := func(b *testing.B, ctx context.Context) {
 		if v, _ := otelsession.Lookup(ctx, otelsession.FieldChatID); v != conversationFor(1).s.ChatID {
 			b.Fatalf("chat id %q after extract", v)
 		}
 	}
-	b.Run("raw propagator from MapCarrier", func(b *testing.B) {
+	raw := func(h nats.Header) func(*testing.B) {
+		return func(b *testing.B) {
+			msg := &nats.Msg{Subject: "chat.in", Header: h}
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				attrs := natsAttrs(msg.Subject, "process", semconv.MessagingOperationTypeProcess)
+				if id := natssession.HeaderCarrier(msg.Header).Get(jetstream.MsgIDHeader); id != "" {
+					attrs = append(attrs, semconv.MessagingMessageID(id))
+				}
+				ctx := w3c.Extract(base, natssession.HeaderCarrier(msg.Header))
+				ctx, span := benchTracer.Start(ctx, "process "+msg.Subject, trace.WithSpanKind(trace.SpanKindConsumer),
+					trace.WithAttributes(attrs...), trace.WithLinks(trace.Link{SpanContext: trace.SpanContextFromContext(ctx)}))
+				span.End()
+				check(b, ctx)
+			}
+		}
+	}
+	session := func(policy *propagation.Inbound, h nats.Header) func(*testing.B) {
+		return func(b *testing.B) {
+			sub := natssession.NewConsumer(policy, natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
+			msg := &nats.Msg{Subject: "chat.in", Header: h}
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, span, err := sub.Extract(base, msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				span.End()
+				check(b, ctx)
+			}
+		}
+	}
+	b.Run("Consumer.Extract/path=raw", raw(plainH))
+	b.Run("Consumer.Extract/path=session", session(propagation.NewInbound(propagation.TrustAll), plainH))
+	b.Run("Consumer.Extract_verified/path=raw", raw(signedH))
+	b.Run("Consumer.Extract_verified/path=session", session(verifying(b), signedH))
+
+	// The inbound policy alone from a MapCarrier (one baggage string, the
+	// propagator's single-header path), beside the stock extraction.
+	m := otelprop.MapCarrier{}
+	w3c.Inject(benchSession(), m)
+	policy := propagation.NewInbound(propagation.TrustAll)
+	b.Run("Inbound.Extract_MapCarrier/path=raw", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			check(b, w3c.Extract(base, m))
 		}
 	})
-	// otel's HTTP carrier is, like nats.Header, a ValuesGetter: the baggage
-	// propagator then takes its multi-header path, which costs more than the
-	// single-header one a MapCarrier gets.
-	hh := http.Header{}
-	w3c.Inject(benchSession(), otelprop.HeaderCarrier(hh))
-	b.Run("raw propagator from HeaderCarrier", func(b *testing.B) {
+	b.Run("Inbound.Extract_MapCarrier/path=session", func(b *testing.B) {
+		defer sessiontest.CPUTime(b)()
 		b.ReportAllocs()
 		for b.Loop() {
-			check(b, w3c.Extract(base, otelprop.HeaderCarrier(hh)))
-		}
-	})
-	b.Run("Inbound.Extract from MapCarrier", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			ctx, _ := policy.Extract(base, w3c, m, propagation.Peer{Transport: "nats", Name: "chat.in"})
-			check(b, ctx)
-		}
-	})
-	b.Run("Consumer.Extract from nats.Msg", func(b *testing.B) {
-		sub := natssession.NewConsumer(policy, natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
-		b.ReportAllocs()
-		for b.Loop() {
-			ctx, span, _ := sub.Extract(base, msg)
-			span.End()
+			ctx, err := policy.Extract(base, w3c, m, propagation.Peer{Transport: "nats", Name: "chat.in"})
+			if err != nil {
+				b.Fatal(err)
+			}
 			check(b, ctx)
 		}
 	})

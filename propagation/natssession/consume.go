@@ -104,7 +104,7 @@ func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (
 		attrs = append(attrs, semconv.MessagingMessageID(shown))
 	}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, HeaderCarrier(h),
-		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, fmt.Sprintf("message on NATS subject %q", subject))
+		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, func() string { return fmt.Sprintf("message on NATS subject %q", subject) })
 }
 
 // Handler returns a nats.MsgHandler (for nc.Subscribe, nc.QueueSubscribe)

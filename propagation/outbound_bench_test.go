@@ -1,0 +1,71 @@
+package propagation_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
+)
+
+// BenchmarkOutboundInject measures the outbound policy's one step on its
+// own, beside the stock propagators writing the same context into the same
+// kind of carrier. path=raw is the baseline of every row; path=session is
+// Outbound.Inject, the step every transport calls:
+//
+//   - allowed: the destination may receive the session (16 members);
+//   - withheld: it may not, so the session is removed and only trace
+//     context (and foreign baggage, here none) is written;
+//   - signed: allowed, and signed for a message id;
+//   - no session: a context without one, as most background work is.
+func BenchmarkOutboundInject(b *testing.B) {
+	key := propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	signer, err := propagation.NewSigner(key, propagation.WithClock(func() time.Time { return signTime }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+	})
+	bound := trace.ContextWithSpanContext(otelsession.Bind(context.Background(), fullTestSession), sc)
+	bare := trace.ContextWithSpanContext(context.Background(), sc)
+	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	dest := propagation.Dest{Transport: propagation.TransportNATS, Name: "chat.in", MessageID: "m-1"}
+	allow := propagation.NewOutbound(propagation.AllowAll)
+	deny := propagation.NewOutbound(propagation.AllowNone)
+	sign := propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))
+
+	raw := func(ctx context.Context) func(*testing.B) {
+		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				prop.Inject(ctx, otelprop.MapCarrier{})
+			}
+		}
+	}
+	session := func(ctx context.Context, o *propagation.Outbound) func(*testing.B) {
+		return func(b *testing.B) {
+			defer sessiontest.CPUTime(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := o.Inject(ctx, prop, otelprop.MapCarrier{}, dest); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("allowed/path=raw", raw(bound))
+	b.Run("allowed/path=session", session(bound, allow))
+	b.Run("withheld/path=raw", raw(bound))
+	b.Run("withheld/path=session", session(bound, deny))
+	b.Run("signed/path=raw", raw(bound))
+	b.Run("signed/path=session", session(bound, sign))
+	b.Run("no_session/path=raw", raw(bare))
+	b.Run("no_session/path=session", session(bare, allow))
+}
