@@ -3,6 +3,8 @@ package otelsession_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -359,5 +361,31 @@ func TestTableIsConsistent(t *testing.T) {
 		if s.Class == otelsession.ClassLocal {
 			assert.False(t, s.Signed, "%s: a local key never travels, so it is never signed", s.Key)
 		}
+	}
+}
+
+// The table printed in the package documentation is the table in the code.
+func TestDocumentedTableMatchesSpecs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	rows := map[string][]string{}
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if f := strings.Fields(strings.TrimPrefix(line, "//")); len(f) == 6 && strings.HasPrefix(f[0], otelsession.KeyPrefix) {
+			rows[f[0]] = f
+		}
+	}
+	specs := otelsession.Specs()
+	require.Len(t, rows, len(specs), "one documented row per Spec")
+	for _, s := range specs {
+		env, signed := s.Env, "no"
+		if env == "" {
+			env = "-"
+		}
+		if s.Signed {
+			signed = "yes"
+		}
+		want := []string{s.Key, env, s.Class.String(), strconv.Itoa(s.MaxLen), signed, s.Redact.String()}
+		assert.Equal(t, want, rows[s.Key], "the documented row of %s", s.Key)
 	}
 }

@@ -44,6 +44,39 @@
 // in the context beside the baggage instead. Child processes, being in the
 // same trust domain, receive them through their environment.
 //
+// The rows, as [Specs] returns them (max is in bytes; sig: covered by a
+// signature; redaction: the default on spans and logs):
+//
+//	key                                        environment variable                      class     max  sig  redaction
+//	session.platform                           HERMES_SESSION_PLATFORM                   identity   64  yes  copy
+//	session.source                             HERMES_SESSION_SOURCE                     identity   64  yes  copy
+//	session.chat_id                            HERMES_SESSION_CHAT_ID                    identity  512  yes  copy
+//	session.chat_type                          HERMES_SESSION_CHAT_TYPE                  identity   64  yes  copy
+//	session.chat_name                          HERMES_SESSION_CHAT_NAME                  display   256  yes  copy
+//	session.thread_id                          HERMES_SESSION_THREAD_ID                  identity  512  yes  copy
+//	session.user_id                            HERMES_SESSION_USER_ID                    identity  512  yes  copy
+//	session.user_id_alt                        HERMES_SESSION_USER_ID_ALT                identity  512  yes  copy
+//	session.user_name                          HERMES_SESSION_USER_NAME                  display   256  yes  hash
+//	session.scope_id                           HERMES_SESSION_SCOPE_ID                   identity  512  yes  copy
+//	session.key                                HERMES_SESSION_KEY                        identity  512  yes  copy
+//	session.id                                 HERMES_SESSION_ID                         identity  512  yes  copy
+//	session.ui_session_id                      HERMES_UI_SESSION_ID                      local     512  no   copy
+//	session.message_id                         HERMES_SESSION_MESSAGE_ID                 identity  512  yes  copy
+//	session.profile                            HERMES_SESSION_PROFILE                    identity   64  yes  copy
+//	session.browser_control_principal          HERMES_BROWSER_CONTROL_PRINCIPAL          local     512  no   hash
+//	session.browser_control_transport_family   HERMES_BROWSER_CONTROL_TRANSPORT_FAMILY   local      64  no   copy
+//	session.cron_session                       HERMES_CRON_SESSION                       identity   64  yes  copy
+//	session.parent_chat_id                     HERMES_SESSION_PARENT_CHAT_ID             identity  512  yes  copy
+//	session.cron_auto_deliver_platform         HERMES_CRON_AUTO_DELIVER_PLATFORM         identity   64  yes  copy
+//	session.cron_auto_deliver_chat_id          HERMES_CRON_AUTO_DELIVER_CHAT_ID          identity  512  yes  copy
+//	session.cron_auto_deliver_thread_id        HERMES_CRON_AUTO_DELIVER_THREAD_ID        identity  512  yes  copy
+//	session.cron_job_id                        HERMES_CRON_JOB_ID                        identity  512  yes  copy
+//	session.cron_job_origin_user_id            HERMES_CRON_JOB_ORIGIN_USER_ID            identity  512  yes  copy
+//	session.cron_job_origin_platform           HERMES_CRON_JOB_ORIGIN_PLATFORM           identity   64  yes  copy
+//	session.async_delivery                     -                                         control     1  yes  copy
+//	session.sig                                -                                         control   128  no   copy
+//	session.cwd                                SESSIONWIRE_CWD                           local    4096  no   copy
+//
 // Six fields are not the session's: [Bind] leaves them, [Clear] leaves them,
 // [Reset] unsets them. They belong to the cron job a run is for, and a
 // scheduler binds them per job on the context the run starts from: the
