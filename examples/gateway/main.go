@@ -28,6 +28,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -292,18 +293,35 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 		if err != nil {
 			return "", err
 		}
-		go func() { done <- w.run(ctx) }()
-		return "", nil
+		return "", started(done, func(ready func()) error { return w.run(ctx, ready) })
 	case "router":
 		_, verifier, err := hop(c.key)
 		if err != nil {
 			return "", fmt.Errorf("router: %w", err)
 		}
 		rt := newRouter(c.store, verifier, js, nc, c.platformURL, tp)
-		go func() { done <- rt.run(ctx, c.ackWait, 4*c.concurrency) }()
-		return "", nil
+		return "", started(done, func(ready func()) error { return rt.run(ctx, c.ackWait, 4*c.concurrency, ready) })
 	}
 	return "", fmt.Errorf("unknown role %q", role)
+}
+
+// started runs a consuming role in its own goroutine and returns once it is
+// consuming, or with the error that kept it from starting: a role is never
+// reported ready, nor left to fail in silence, before it pulls messages.
+// Its result after that goes to done.
+func started(done chan<- error, run func(ready func()) error) error {
+	ready, result := make(chan struct{}), make(chan error, 1)
+	go func() { result <- run(func() { close(ready) }) }()
+	select {
+	case <-ready:
+		go func() { done <- <-result }()
+		return nil
+	case err := <-result:
+		if err == nil {
+			err = errors.New("stopped before it was ready")
+		}
+		return err
+	}
 }
 
 // runRole runs one role as its own process until interrupted.

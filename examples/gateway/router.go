@@ -51,22 +51,37 @@ func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStr
 	}
 }
 
-// run delivers replies and completions until ctx ends.
-func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency int) error {
-	kv, err := rt.js.KeyValue(ctx, deliveredKV)
+// run delivers replies and completions until ctx ends. It calls ready once
+// it is consuming; an error before that is returned at once.
+func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency int, ready func()) error {
+	rt.ackWait, rt.errs.who = ackWait, "router"
+	// Opened with retries, like the consumer (see consumer): the bucket's
+	// leader may be the node just lost.
+	err := retry(ctx, setupDeadline, func(ctx context.Context) error {
+		kv, err := rt.js.KeyValue(ctx, deliveredKV)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return permanent{err}
+		}
+		if err != nil {
+			rt.errs.print(fmt.Errorf("open bucket %s: %w (trying again)", deliveredKV, err))
+			return err
+		}
+		rt.kv = kv
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("router: open bucket %s: %w", deliveredKV, err)
 	}
-	rt.kv, rt.ackWait, rt.errs.who = kv, ackWait, "router"
-	cons, err := consumer(ctx, rt.js, repliesStream, "router", ackWait)
+	cons, err := consumer(ctx, rt.js, "router", repliesStream, "router", ackWait)
 	if err != nil {
-		return err
+		return fmt.Errorf("router: %w", err)
 	}
 	p := newPool(concurrency)
 	cc, err := cons.Consume(p.handler(rt.handle), consumeOptions("router", concurrency)...) // see worker.run
 	if err != nil {
 		return fmt.Errorf("router: consume notifications: %w", err)
 	}
+	ready()
 	<-ctx.Done()
 	cc.Stop()
 	p.close()

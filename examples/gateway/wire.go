@@ -161,9 +161,29 @@ func keptReplicas(ctx context.Context, js jetstream.JetStream, name string, want
 
 // consumer returns the durable pull consumer of a stream, shared by every
 // process of a role. It has as many replicas as its stream.
-func consumer(ctx context.Context, js jetstream.JetStream, stream, name string, ackWait time.Duration) (jetstream.Consumer, error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1024,
+//
+// A role creates it as it starts, which may be while the cluster elects a
+// leader (a node was just lost, or the role restarts beside a recovering
+// cluster): the request then times out or finds no leader, or the consumer
+// is created and the answer is lost with the node. Creating it is
+// idempotent, so it is retried for up to setupDeadline; only a stream that
+// does not exist stops at once. A role that gave up here used to exit in
+// silence, and every message waited for a consumer nobody pulled from.
+func consumer(ctx context.Context, js jetstream.JetStream, who, stream, name string, ackWait time.Duration) (jetstream.Consumer, error) {
+	log := &onceLog{who: who}
+	var c jetstream.Consumer
+	err := retry(ctx, setupDeadline, func(ctx context.Context) error {
+		var err error
+		c, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1024,
+		})
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return permanent{err}
+		}
+		if err != nil {
+			log.print(fmt.Errorf("create consumer %s on %s: %w (trying again)", name, stream, err))
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", name, stream, err)
@@ -215,6 +235,17 @@ func (l *onceLog) print(err error) {
 	fmt.Fprintf(os.Stderr, "%s: %v\n", l.who, err)
 }
 
+// setupDeadline bounds how long a role retries what it needs before it can
+// consume (its consumers, the delivery bucket): a few leader elections on a
+// starved machine.
+const setupDeadline = 2 * time.Minute
+
+// permanent is an error retry returns at once: waiting does not make a
+// missing stream appear.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
 // publishDeadline bounds how long a publish is retried: well inside the
 // streams' 5-minute duplicate window, so every retry is stored at most once.
 const publishDeadline = 30 * time.Second
@@ -235,6 +266,10 @@ func retry(ctx context.Context, within time.Duration, f func(ctx context.Context
 		acancel()
 		if err == nil {
 			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.error
 		}
 		select {
 		case <-ctx.Done():

@@ -77,15 +77,16 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	}, nil
 }
 
-// run consumes jobs and background work until ctx ends.
-func (w *worker) run(ctx context.Context) error {
-	jobs, err := consumer(ctx, w.js, jobsStream, "workers", w.cfg.ackWait)
+// run consumes jobs and background work until ctx ends. It calls ready
+// once it is consuming both; an error before that is returned at once.
+func (w *worker) run(ctx context.Context, ready func()) error {
+	jobs, err := consumer(ctx, w.js, "worker", jobsStream, "workers", w.cfg.ackWait)
 	if err != nil {
-		return err
+		return fmt.Errorf("worker: %w", err)
 	}
-	bg, err := consumer(ctx, w.js, bgStream, "background", w.cfg.ackWait)
+	bg, err := consumer(ctx, w.js, "worker", bgStream, "background", w.cfg.ackWait)
 	if err != nil {
-		return err
+		return fmt.Errorf("worker: %w", err)
 	}
 	p := newPool(w.cfg.concurrency)
 	// Fetch no more than can be worked on: JetStream's ack wait starts when a
@@ -101,6 +102,7 @@ func (w *worker) run(ctx context.Context) error {
 		p.close()
 		return fmt.Errorf("worker: consume background work: %w", err)
 	}
+	ready()
 	<-ctx.Done()
 	cc1.Stop()
 	cc2.Stop()
