@@ -20,11 +20,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -103,13 +103,11 @@ type tally struct {
 	byMember  map[string]int                // member -> records processed
 	owners    map[int32]map[string]bool     // partition -> members that processed records of it
 	misrouted []string                      // what went wrong, per record
-	consumed  map[string]trace.SpanContext  // message id -> consumer span
 	assigned  map[string]map[int32]struct{} // member -> partitions it holds now
 }
 
 func newTally() *tally {
-	return &tally{seen: map[string]int{}, byMember: map[string]int{}, owners: map[int32]map[string]bool{},
-		consumed: map[string]trace.SpanContext{}, assigned: map[string]map[int32]struct{}{}}
+	return &tally{seen: map[string]int{}, byMember: map[string]int{}, owners: map[int32]map[string]bool{}, assigned: map[string]map[int32]struct{}{}}
 }
 
 func (ta *tally) unique() int {
@@ -147,7 +145,6 @@ func (ta *tally) handle(member string, cons *kafkasession.Consumer, r *kgo.Recor
 		ta.owners[r.Partition] = map[string]bool{}
 	}
 	ta.owners[r.Partition][member] = true
-	ta.consumed[id] = span.SpanContext()
 	if problem != "" {
 		ta.misrouted = append(ta.misrouted, problem)
 	}
@@ -298,74 +295,14 @@ func TestBrokerConsumerGroupRebalance(t *testing.T) {
 		t.Errorf("%d sessions accepted through their signature, want %d", n, convs*perConv)
 	}
 
-	checkBrokerSpans(t, exp.GetSpans(), ta.consumed, convs*perConv)
-}
-
-// checkBrokerSpans: one producer and one consumer span per record, the
-// consumer's parent and link the producer's span, with the messaging
-// conventions' attributes and the session's.
-func checkBrokerSpans(t *testing.T, spans tracetest.SpanStubs, consumed map[string]trace.SpanContext, n int) {
-	t.Helper()
-	producers := map[trace.SpanID]tracetest.SpanStub{}
-	var nprod, ncons int
-	for _, s := range spans {
-		if s.SpanKind == trace.SpanKindProducer {
-			producers[s.SpanContext.SpanID()] = s
-			nprod++
-		}
-	}
-	attrs := func(s tracetest.SpanStub) map[attribute.Key]string {
-		m := map[attribute.Key]string{}
-		for _, kv := range s.Attributes {
-			m[kv.Key] = kv.Value.Emit()
-		}
-		return m
-	}
-	bad := 0
-	for _, s := range spans {
-		if s.SpanKind != trace.SpanKindConsumer {
-			continue
-		}
-		ncons++
-		p, ok := producers[s.Parent.SpanID()]
-		a := attrs(s)
-		var problems []string
-		if !ok || !s.Parent.IsRemote() {
-			problems = append(problems, "parent is not a producer span")
-		}
-		if len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != s.Parent.SpanID() {
-			problems = append(problems, "no link to the producer span")
-		}
-		for k, v := range map[attribute.Key]string{"messaging.system": "kafka", "messaging.destination.name": "chat-in",
-			"messaging.operation.type": "process", "messaging.consumer.group.name": "workers"} {
-			if a[k] != v {
-				problems = append(problems, fmt.Sprintf("%s = %q, want %q", k, a[k], v))
-			}
-		}
-		if s.Name != "process chat-in" {
-			problems = append(problems, "name "+s.Name)
-		}
-		if ok {
-			pa := attrs(p)
-			if pa["session.chat_id"] == "" || pa["session.chat_id"] != a["session.chat_id"] {
-				problems = append(problems, fmt.Sprintf("session.chat_id %q, producer's %q", a["session.chat_id"], pa["session.chat_id"]))
-			}
-			if pa["messaging.system"] != "kafka" || pa["messaging.operation.type"] != "send" || p.Name != "send chat-in" {
-				problems = append(problems, fmt.Sprintf("producer span %q with %v", p.Name, pa))
-			}
-		}
-		if len(problems) > 0 {
-			if bad++; bad <= 5 {
-				t.Errorf("consumer span %s: %s", s.SpanContext.SpanID(), strings.Join(problems, "; "))
-			}
-		}
-	}
-	if nprod != n || ncons != n || len(consumed) != n {
-		t.Errorf("%d producer spans, %d consumer spans, %d records handled; want %d each", nprod, ncons, len(consumed), n)
-	}
-	if bad > 0 {
-		t.Errorf("%d of %d consumer spans are wrong", bad, ncons)
-	}
+	sessiontest.QueueSpans{
+		ProducerName: "send chat-in", ConsumerName: "process chat-in",
+		Producer: map[attribute.Key]string{"messaging.system": "kafka", "messaging.destination.name": "chat-in",
+			"messaging.operation.type": "send"},
+		Consumer: map[attribute.Key]string{"messaging.system": "kafka", "messaging.destination.name": "chat-in",
+			"messaging.operation.type": "process", "messaging.consumer.group.name": "workers"},
+		Messages: convs * perConv, Deliveries: convs * perConv,
+	}.Check(t, exp.GetSpans())
 }
 
 // A signed record captured off the broker and produced again, onto another
