@@ -48,7 +48,7 @@ func signing(t testing.TB) (*propagation.Outbound, *propagation.Inbound) {
 // topology connects to the broker and declares the exchange "chat" with a
 // queue of the test's own bound to it under keys; it returns a publishing
 // channel in confirm mode and the queue's manual-ack deliveries.
-func topology(t *testing.T, keys ...string) (*amqp.Channel, <-chan amqp.Delivery) {
+func topology(t testing.TB, keys ...string) (*amqp.Channel, <-chan amqp.Delivery) {
 	t.Helper()
 	conn, err := amqp.Dial(rabbit.URL(t))
 	if err != nil {
