@@ -310,6 +310,7 @@ func TestBrokerConsumerGroupRebalance(t *testing.T) {
 // with the reason NATS gives for a moved message (ErrBadSignature); the
 // original, consumed as stored, is accepted.
 func TestBrokerReplayedRecordIsRefused(t *testing.T) {
+	before := sessiontest.Metrics(t)
 	c := newCluster(t, "chat-in", "partner-in")
 	out, in := signing(t)
 	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithOutbound(out))
@@ -358,6 +359,17 @@ func TestBrokerReplayedRecordIsRefused(t *testing.T) {
 	}
 	if c := in.Counts(); c.Signed != 1 || c.BadSignature != 2 {
 		t.Errorf("counts %+v, want 1 signed and 2 bad signatures", c)
+	}
+	// The same metrics as every transport, under this one's name.
+	after := sessiontest.Metrics(t)
+	for key, n := range map[string]int64{
+		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=true sessionwire.transport=kafka": 1,
+		"sessionwire.session.inbound sessionwire.outcome=accepted sessionwire.reason= sessionwire.transport=kafka": 1,
+		"sessionwire.session.inbound sessionwire.outcome=refused sessionwire.reason=bad_signature sessionwire.transport=kafka": 2,
+	} {
+		if d := after[key] - before[key]; d < n {
+			t.Errorf("%s grew by %d, want at least %d", key, d, n)
+		}
 	}
 }
 
