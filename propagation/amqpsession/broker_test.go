@@ -270,8 +270,8 @@ func TestBrokerMovedMessageIsRefused(t *testing.T) {
 	// The same metrics as every transport, under this one's name.
 	after := sessiontest.Metrics(t)
 	for key, n := range map[string]int64{
-		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=true sessionwire.transport=amqp": 1,
-		"sessionwire.session.inbound sessionwire.outcome=accepted sessionwire.reason= sessionwire.transport=amqp": 2,
+		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=true sessionwire.transport=amqp":            1,
+		"sessionwire.session.inbound sessionwire.outcome=accepted sessionwire.reason= sessionwire.transport=amqp":             2,
 		"sessionwire.session.inbound sessionwire.outcome=refused sessionwire.reason=bad_signature sessionwire.transport=amqp": 2,
 	} {
 		if d := after[key] - before[key]; d < n {

@@ -363,8 +363,8 @@ func TestBrokerReplayedRecordIsRefused(t *testing.T) {
 	// The same metrics as every transport, under this one's name.
 	after := sessiontest.Metrics(t)
 	for key, n := range map[string]int64{
-		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=true sessionwire.transport=kafka": 1,
-		"sessionwire.session.inbound sessionwire.outcome=accepted sessionwire.reason= sessionwire.transport=kafka": 1,
+		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=true sessionwire.transport=kafka":            1,
+		"sessionwire.session.inbound sessionwire.outcome=accepted sessionwire.reason= sessionwire.transport=kafka":             1,
 		"sessionwire.session.inbound sessionwire.outcome=refused sessionwire.reason=bad_signature sessionwire.transport=kafka": 2,
 	} {
 		if d := after[key] - before[key]; d < n {
