@@ -40,7 +40,7 @@ func Metrics(t testing.TB) map[string]int64 {
 			for _, dp := range sum.DataPoints {
 				key := m.Name
 				for _, kv := range dp.Attributes.ToSlice() {
-					key += " " + string(kv.Key) + "=" + kv.Value.Emit()
+					key += " " + string(kv.Key) + "=" + kv.Value.String()
 				}
 				got[key] += dp.Value
 			}

@@ -30,7 +30,7 @@ func (w QueueSpans) Check(t testing.TB, spans tracetest.SpanStubs) {
 	attrs := func(s tracetest.SpanStub) map[attribute.Key]string {
 		m := map[attribute.Key]string{}
 		for _, kv := range s.Attributes {
-			m[kv.Key] = kv.Value.Emit()
+			m[kv.Key] = kv.Value.String()
 		}
 		return m
 	}
