@@ -37,9 +37,10 @@ type Broker struct {
 	// URL is the AMQP URL of the broker, as user guest.
 	URL string
 
+	addr   string // the AMQP listener
 	dir    string
 	cmd    *exec.Cmd
-	env    []string
+	epmd   *exec.Cmd
 	exited chan struct{}
 	err    error // the process's exit, once exited is closed
 }
@@ -82,7 +83,7 @@ func freePorts(n int) ([]int, error) {
 
 // Start runs a new broker and returns once it accepts AMQP connections. Its
 // node name is unique; its AMQP listener, Erlang distribution port and epmd
-// (Erlang's port mapper, started by the node) use random ports on 127.0.0.1,
+// (Erlang's port mapper, a child of this process) use random ports on 127.0.0.1,
 // so that it never meets a system broker's epmd on 4369; its database, logs
 // and Erlang cookie live in a temporary directory. Stop it with [Broker.Stop].
 func Start(ctx context.Context) (*Broker, error) {
@@ -126,15 +127,35 @@ func Start(ctx context.Context) (*Broker, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
-	if err := cmd.Start(); err != nil {
+	// epmd, Erlang's port mapper, runs as a child of ours rather than the
+	// daemon the node would start, which would outlive a test killed
+	// before it could stop it.
+	epmd := exec.Command("epmd", "-port", strconv.Itoa(ports[2]), "-address", "127.0.0.1")
+	epmd.Stdout, epmd.Stderr = out, out
+	stopWithParent(epmd)
+	if err := epmd.Start(); err != nil {
 		_ = out.Close()
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("rabbitmq: start %s: %w", bin, err)
+		return nil, fmt.Errorf("rabbitmq: start epmd (Erlang's port mapper, installed with rabbitmq-server): %w", err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
+	stopWithParent(cmd)
+	if err := waitListening(fmt.Sprintf("127.0.0.1:%d", ports[2]), 10*time.Second); err != nil {
+		err = fmt.Errorf("rabbitmq: epmd: %w", err)
+	} else if err = cmd.Start(); err != nil {
+		err = fmt.Errorf("rabbitmq: start %s: %w", bin, err)
+	}
+	if err != nil {
+		_ = out.Close()
+		_ = epmd.Process.Kill()
+		_ = epmd.Wait()
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
 	_ = out.Close() // the child has its own descriptor
-	b := &Broker{URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ports[0]), dir: dir, cmd: cmd, env: env, exited: make(chan struct{})}
+	b := &Broker{URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ports[0]), addr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		dir: dir, cmd: cmd, epmd: epmd, exited: make(chan struct{})}
 	go func() { b.err = cmd.Wait(); close(b.exited) }()
 
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
@@ -160,6 +181,21 @@ func Start(ctx context.Context) (*Broker, error) {
 	}
 }
 
+// waitListening waits until addr accepts TCP connections.
+func waitListening(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listens on %s after %v: %w", addr, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // output is the end of what the broker printed and logged, for errors.
 func (b *Broker) output() string {
 	var parts []string
@@ -178,8 +214,8 @@ func (b *Broker) output() string {
 }
 
 // Stop shuts the broker down as its own script does on SIGTERM (rabbitmqctl
-// stop), kills it if it has not exited within 30 s, stops the epmd it
-// started and removes its directory.
+// stop), kills it if it has not exited within 30 s, stops its epmd and
+// removes its directory.
 func (b *Broker) Stop() error {
 	var errs []error
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -192,13 +228,16 @@ func (b *Broker) Stop() error {
 		_ = b.cmd.Process.Kill()
 		<-b.exited
 	}
-	// epmd outlives the node that started it; this one listens on a port
-	// of our own, so killing it stops no other Erlang program.
-	epmd := exec.Command("epmd", "-kill")
-	epmd.Env = b.env
-	if out, err := epmd.CombinedOutput(); err != nil {
-		errs = append(errs, fmt.Errorf("rabbitmq: epmd -kill: %w: %s", err, out))
+	// The script exits once rabbitmqctl stop returns; the node must be gone
+	// by then.
+	if conn, err := net.DialTimeout("tcp", b.addr, time.Second); err == nil {
+		_ = conn.Close()
+		errs = append(errs, fmt.Errorf("rabbitmq: %s still accepts connections after the broker stopped", b.addr))
 	}
+	if err := b.epmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		errs = append(errs, fmt.Errorf("rabbitmq: stop epmd: %w", err))
+	}
+	_ = b.epmd.Wait() // killed: the error says so
 	if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, fmt.Errorf("rabbitmq: %w", err))
 	}
