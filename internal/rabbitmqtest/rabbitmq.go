@@ -141,7 +141,7 @@ func Start(ctx context.Context) (*Broker, error) {
 	cmd := exec.Command(bin)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
 	stopWithParent(cmd)
-	if err := waitListening(fmt.Sprintf("127.0.0.1:%d", ports[2]), 10*time.Second); err != nil {
+	if err = waitListening(fmt.Sprintf("127.0.0.1:%d", ports[2]), 10*time.Second); err != nil {
 		err = fmt.Errorf("rabbitmq: epmd: %w", err)
 	} else if err = cmd.Start(); err != nil {
 		err = fmt.Errorf("rabbitmq: start %s: %w", bin, err)
