@@ -274,7 +274,7 @@ func (s *Shared) URL(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("no RabbitMQ broker, which CI requires: %v", s.err)
 		}
-		t.Skipf("skipped: no RabbitMQ broker (%v); install rabbitmq-server or set %s to a broker's URL", s.err, URLEnv)
+		t.Skipf("skipped: no RabbitMQ broker: %v (or set %s to a running broker's URL; CI=true makes this a failure)", s.err, URLEnv)
 	}
 	return s.url
 }
