@@ -33,8 +33,9 @@
 // a cluster that speaks the Kafka protocol: franz-go's in-process kfake, on
 // 127.0.0.1. Signed records are produced with kgo and consumed in a consumer
 // group while a second member joins and the first leaves, with lost,
-// duplicated and misrouted records counted (none), and every consumer span
-// checked against its record's producer span; a record captured off the
-// broker and produced again onto another topic or under another id is
-// refused. FuzzConsumerExtract feeds it headers of any shape.
+// duplicated and misrouted records counted (none) and every consumer span
+// checked against its record's producer span. Records a member handled but
+// never committed come back to the next member in the same session. A record
+// captured off the broker and produced again onto another topic or under
+// another id is refused. FuzzConsumerExtract feeds it headers of any shape.
 package kafkasession
