@@ -33,7 +33,13 @@
 // default propagator is otel.GetTextMapPropagator(), a no-op until the
 // program installs one.
 //
-// Tested on the message types alone (inject into a Publishing, carry its table
-// into a Delivery as the broker would, extract), with hostile tables: no AMQP
-// broker runs where this package is built.
+// Tested on the message types (hostile tables, moved signatures) and through
+// a real RabbitMQ broker that the tests start (internal/rabbitmqtest):
+// publisher-confirmed publishes, manual-ack consumes, messages nacked and
+// delivered again in the same session with their signature still verifying,
+// and messages captured off the broker and published again under another id
+// or routing key refused. An exact copy of a signed message (same id,
+// exchange and routing key) verifies: RabbitMQ does not deduplicate, so a
+// consumer that must not act twice keeps the message ids it has handled.
+// FuzzConsumerExtract feeds it tables of any shape.
 package amqpsession

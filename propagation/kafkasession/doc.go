@@ -29,8 +29,13 @@
 // by the previous record can leak into it. The default propagator is
 // otel.GetTextMapPropagator(), a no-op until the program installs one.
 //
-// Tested on the record type alone (inject into a record, copy its headers as
-// the broker would store them, extract), with hostile headers: no Kafka broker
-// runs where this package is built, and franz-go's in-process fake cluster
-// (pkg/kfake) is a separate module this project does not depend on.
+// Tested on the record type (hostile headers, moved signatures) and through
+// a cluster that speaks the Kafka protocol: franz-go's in-process kfake, on
+// 127.0.0.1. Signed records are produced with kgo and consumed in a consumer
+// group while a second member joins and the first leaves, with lost,
+// duplicated and misrouted records counted (none) and every consumer span
+// checked against its record's producer span. Records a member handled but
+// never committed come back to the next member in the same session. A record
+// captured off the broker and produced again onto another topic or under
+// another id is refused. FuzzConsumerExtract feeds it headers of any shape.
 package kafkasession
