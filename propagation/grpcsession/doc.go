@@ -35,7 +35,10 @@
 // A refused session never fails the call: the handler runs with the session
 // Unset, the policy counts the refusal, [WithOnError] sees it, and the
 // incoming metadata the handler can read is re-encoded so that nothing
-// behind the interceptor can extract the refused session again.
+// behind the interceptor can extract the refused session again. Whatever
+// the verdict, the handler reads the baggage lines that were judged, also
+// when hand-built metadata spells the key twice ("Baggage" beside
+// "baggage", of which gRPC's own reads keep either).
 // [WithUnauthenticated] instead fails every call without an accepted session
 // with codes.Unauthenticated, for services that must not run without one.
 // A stream is judged once, when it opens: its Context, and so every message

@@ -128,6 +128,14 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		carrier.Delete(baggageBinKey)
 		otelprop.Baggage{}.Inject(out, carrier)
 		out = metadata.NewIncomingContext(out, md)
+	} else if len(md[baggageKey]) > 0 {
+		// md is metadata.FromIncomingContext's lower-cased copy. When the
+		// context's map holds "Baggage" beside "baggage" (metadata built by
+		// hand: on the wire keys are lower-case), that copy keeps one of the
+		// lists, a different one from call to call, and the handler's own
+		// read may keep the other, never judged. The handler reads the lines
+		// that were judged.
+		out = metadata.NewIncomingContext(out, md)
 	}
 	if err != nil && c.onError != nil {
 		c.onError(out, method, err)
