@@ -77,10 +77,22 @@
 // signed one when it signs), so otelgrpc writes the same.
 //
 // Both otelgrpc and the interceptors then extract (and inject) the baggage,
-// each once per call. Giving otelgrpc only the trace-context propagator,
-// otelgrpc.WithPropagators(propagation.TraceContext{}) on both sides, leaves
-// the baggage to the interceptors and saves the second pass (see
-// BenchmarkUnary); spans are parented as before.
+// each once per call. Giving otelgrpc [ExceptBaggage] on both sides,
+//
+//	otelgrpc.NewServerHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))
+//	otelgrpc.NewClientHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))
+//
+// leaves the baggage to the interceptors and saves the second pass (see
+// BenchmarkUnary and the README); spans are parented as before, and the
+// program's other propagators keep working.
+//
+// otelgrpc starts the server span before the interceptor decides: given
+// ExceptBaggage it starts without a session, given the full propagator a
+// span processor that copies the session onto spans (sessiontrace) copies
+// the one the client sent, accepted or not. [WithOnAccept] runs when a
+// session was accepted, with the server span current: with
+// sessiontrace's SpanProcessor.Annotate it puts the accepted session, and
+// only that, on the server span.
 //
 // The default propagator is otel.GetTextMapPropagator(), read per call, as
 // otelgrpc does. It is a no-op until the program calls

@@ -143,6 +143,9 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if c.unauthenticated && !hasSession {
 		return nil, errUnauthenticated
 	}
+	if hasSession && c.onAccept != nil {
+		c.onAccept(out, method)
+	}
 	return out, nil
 }
 
