@@ -2,8 +2,9 @@ package main
 
 // The downstream service over gRPC (--downstream=grpc): the same service as
 // the HTTP one in worker.go (it answers with the thread of the session it
-// received), behind grpcsession's server interceptors and otelgrpc, called by
-// the workers through grpcsession's client interceptors.
+// received; threadrpc is its protocol), behind grpcsession's server
+// interceptors and otelgrpc, called by the workers through grpcsession's
+// client interceptors.
 
 import (
 	"context"
@@ -19,9 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/grpcsession"
@@ -33,42 +34,10 @@ const (
 	downstreamGRPC = "grpc"
 )
 
-// The downstream gRPC service: one method, Thread, that takes nothing and
-// answers the thread of the caller's session. Its two messages are
-// protobuf's well-known types, so it needs no generated code.
-const (
-	downstreamService = "sessionwire.gateway.Downstream"
-	threadMethod      = "/" + downstreamService + "/Thread"
-	// envThreadKey is the metadata entry in which a worker of the env store
-	// (the original bug) sends the thread it read from its environment, as
-	// the HTTP call sends X-Thread-ID.
-	envThreadKey = "x-thread-id"
-)
-
-type threadServer interface {
-	Thread(context.Context, *emptypb.Empty) (*wrapperspb.StringValue, error)
-}
-
-var downstreamDesc = grpc.ServiceDesc{
-	ServiceName: downstreamService,
-	HandlerType: (*threadServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Thread",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			in := new(emptypb.Empty)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			s := srv.(threadServer)
-			if interceptor == nil {
-				return s.Thread(ctx, in)
-			}
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: threadMethod},
-				func(ctx context.Context, req any) (any, error) { return s.Thread(ctx, req.(*emptypb.Empty)) })
-		},
-	}},
-	Metadata: "examples/gateway/downstream_grpc.go",
-}
+// envThreadKey is the metadata entry in which a worker of the env store (the
+// original bug) sends the thread it read from its environment, as the HTTP
+// call sends X-Thread-ID.
+const envThreadKey = "x-thread-id"
 
 // grpcDownstream is the downstream service's gRPC server. It counts the
 // calls it answered and those that carried a session, so that a test can
@@ -80,7 +49,7 @@ type grpcDownstream struct {
 	sessions atomic.Int64 // calls whose context held an accepted session
 }
 
-func (d *grpcDownstream) Thread(ctx context.Context, _ *emptypb.Empty) (*wrapperspb.StringValue, error) {
+func (d *grpcDownstream) Thread(ctx context.Context) (string, error) {
 	d.calls.Add(1)
 	if hasRoute(ctx) {
 		d.sessions.Add(1)
@@ -89,7 +58,7 @@ func (d *grpcDownstream) Thread(ctx context.Context, _ *emptypb.Empty) (*wrapper
 	if v := metadata.ValueFromIncomingContext(ctx, envThreadKey); len(v) > 0 && v[0] != "" {
 		thread = v[0]
 	}
-	return wrapperspb.String(thread), nil
+	return thread, nil
 }
 
 // serveGRPCDownstream starts the downstream service as a gRPC server on
@@ -105,10 +74,11 @@ func serveGRPCDownstream(ctx context.Context, addr string, trust propagation.Tru
 	prop := propagatorFor(storeBaggage) // it reads W3C baggage whatever store the workers use
 	// otelgrpc starts the server span from the trace context; the
 	// interceptors judge the baggage, once (see grpcsession.ExceptBaggage).
-	srv := grpc.NewServer(append(grpcsession.ServerOptions(grpcsession.WithInbound(d.inbound), grpcsession.WithPropagator(prop)),
+	srv := grpc.NewServer(append(grpcsession.ServerOptions(grpcsession.WithInbound(d.inbound), grpcsession.WithPropagator(prop),
+		grpcsession.WithOnAccept(demotrace.Annotate)), // the accepted session on otelgrpc's server span
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
 			otelgrpc.WithPropagators(grpcsession.ExceptBaggage(prop)))))...)
-	srv.RegisterService(&downstreamDesc, d)
+	threadrpc.Register(srv, d)
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
 		<-ctx.Done()
@@ -146,7 +116,7 @@ func newGRPCClient(u *url.URL, store string, signer *propagation.Signer, tp trac
 		return nil, fmt.Errorf("worker: the gRPC downstream URL %q has a path; give grpc://host:port", u.String())
 	}
 	out := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
-		Prefixes: []string{"grpc://" + u.Host + "/" + downstreamService + "/"}}), propagation.WithSigner(signer))
+		Prefixes: []string{"grpc://" + u.Host + "/" + threadrpc.Service + "/"}}), propagation.WithSigner(signer))
 	prop := propagatorFor(store)
 	conn, err := grpc.NewClient(u.Host, append(grpcsession.DialOptions(grpcsession.WithOutbound(out), grpcsession.WithPropagator(prop)),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp),
@@ -165,11 +135,11 @@ func (c *grpcClient) thread(ctx context.Context, envThread string) (string, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out := new(wrapperspb.StringValue)
-	if err := c.conn.Invoke(ctx, threadMethod, &emptypb.Empty{}, out); err != nil {
+	thread, err := threadrpc.Call(ctx, c.conn)
+	if err != nil {
 		return "", fmt.Errorf("call the gRPC downstream: %w", err)
 	}
-	return strings.TrimSpace(out.GetValue()), nil
+	return strings.TrimSpace(thread), nil
 }
 
 func (c *grpcClient) close() { _ = c.conn.Close() }
