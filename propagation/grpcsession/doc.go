@@ -16,7 +16,7 @@
 //	policy := propagation.NewInbound(grpcsession.TrustSANs("spiffe://prod/gateway"),
 //		propagation.WithVerifier(verifier)) // the verifier is optional
 //	srv := grpc.NewServer(append(grpcsession.ServerOptions(grpcsession.WithInbound(policy)),
-//		grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
+//		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))))...)
 //
 // Every call starts with an Unset session (it never inherits one from the
 // server's base context). The "baggage" entries of the incoming metadata
@@ -51,7 +51,8 @@
 //		Prefixes: []string{"grpc://notify.internal:443/notify.v1.Notify/"}}),
 //		propagation.WithSigner(signer)) // the signer is optional
 //	conn, err := grpc.NewClient("notify.internal:443", append(grpcsession.DialOptions(grpcsession.WithOutbound(out)),
-//		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), grpc.WithTransportCredentials(creds))...)
+//		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))),
+//		grpc.WithTransportCredentials(creds))...)
 //
 // The policy sees the call as propagation.Dest{Transport: "grpc", Name: the
 // target's host, URL: grpc://<target authority>/<package.Service>/<Method>}:
