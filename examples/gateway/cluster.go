@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
@@ -67,6 +68,7 @@ type topology struct {
 	nc       *nats.Conn
 	p        *platforms
 	procs    *workerProcs
+	grpcDown *grpcDownstream // with --downstream=grpc
 	tp       *sdktrace.TracerProvider
 	traces   *demotrace.Summary
 	cancel   context.CancelFunc // stops the roles
@@ -109,6 +111,11 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	t.p = newPlatforms()
 	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust); err != nil {
 		return nil, err
+	}
+	if t.cfg.downstream == downstreamGRPC {
+		if t.cfg.downstreamURL, t.grpcDown, err = serveGRPCDownstream(svcCtx, "127.0.0.1:0", t.cfg.trust, t.tp); err != nil {
+			return nil, err
+		}
 	}
 	t.done = make(chan error, 2+t.cfg.workers)
 	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, t.done); err != nil {
@@ -313,6 +320,11 @@ func runLoad(ctx context.Context, c config) error {
 	platformURL, downstreamURL, err := services(ctx, c.listen, p, c.trust)
 	if err != nil {
 		return err
+	}
+	if c.downstream == downstreamGRPC {
+		if downstreamURL, _, err = serveGRPCDownstream(ctx, grpcListenAddr(c.listen), c.trust, otel.GetTracerProvider()); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(os.Stderr, "load: platforms at %s, downstream at %s\n", platformURL, downstreamURL)
 	if err := waitReady(ctx, c.ingressURL+"/healthz", 30*time.Second); err != nil {

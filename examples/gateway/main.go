@@ -17,6 +17,7 @@
 //	go run ./examples/gateway --session-store=env      # the same load with the original bug
 //	go run ./examples/gateway --chaos                  # workers as processes, killed and restarted
 //	go run ./examples/gateway --nats-cluster 3 --fault nats-kill   # a NATS node lost mid-run
+//	go run ./examples/gateway --downstream=grpc        # workers call the downstream service over gRPC
 //	go run ./examples/gateway --json                   # the summary for scripts
 //
 // The same roles run as separate processes, on separate machines, against a
@@ -60,6 +61,7 @@ type config struct {
 	ingressURL    string
 	platformURL   string
 	downstreamURL string
+	downstream    string // how workers reach the downstream service: downstreamHTTP or downstreamGRPC
 	messages      int
 	conversations int
 	workers       int // worker processes (--chaos) or in-process workers
@@ -112,7 +114,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address of this role's HTTP server (gateway: ingress; load: platforms and downstream)")
 	fs.StringVar(&c.ingressURL, "ingress-url", "", "the gateway's URL (role load)")
 	fs.StringVar(&c.platformURL, "platform-url", "", "the chat platforms' base URL (role router)")
-	fs.StringVar(&c.downstreamURL, "downstream-url", "", "the downstream service's URL (role worker)")
+	fs.StringVar(&c.downstreamURL, "downstream-url", "", "the downstream service's URL, http://… or grpc://host:port (role worker)")
+	fs.StringVar(&c.downstream, "downstream", downstreamHTTP, "how workers call the downstream service: http or grpc (roles all and load; a worker follows its --downstream-url)")
 	fs.IntVar(&c.messages, "messages", 3000, "messages the load driver sends")
 	fs.IntVar(&c.conversations, "conversations", 400, "chats and threads the messages are spread over")
 	fs.IntVar(&c.workers, "workers", 2, "worker processes with --chaos, in-process workers otherwise")
@@ -155,6 +158,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.store != storeBaggage && c.store != storeEnv && c.store != storeOff:
 		return c, fmt.Errorf("--session-store must be baggage, env or off, not %q", c.store)
+	case c.downstream != downstreamHTTP && c.downstream != downstreamGRPC:
+		return c, fmt.Errorf("--downstream must be http or grpc (how workers call the downstream service), not %q", c.downstream)
 	case c.messages < 1 || c.conversations < 1 || c.conversations > c.messages*4:
 		return c, fmt.Errorf("--messages and --conversations must be positive")
 	case c.workers < 1 || c.concurrency < 1:

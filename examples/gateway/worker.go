@@ -36,7 +36,7 @@ const (
 type workerConfig struct {
 	store         string
 	concurrency   int           // jobs handled at once by this process
-	downstreamURL string        // the downstream HTTP service each job calls
+	downstreamURL string        // the downstream service each job calls: http://… or grpc://host:port
 	think         time.Duration // longest simulated agent work per job
 	ackWait       time.Duration
 	verifier      *propagation.Verifier // checks the signature on each job's session
@@ -50,6 +50,7 @@ type worker struct {
 	cons   *natssession.Consumer
 	tracer trace.Tracer
 	client *http.Client
+	grpc   *grpcClient // when the downstream URL is grpc://
 	exec   execsession.Config
 	envMu  sync.Mutex // serialises whole-environment writes, as os.Setenv does; not the job
 }
@@ -59,9 +60,18 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	if err != nil || down.Host == "" {
 		return nil, fmt.Errorf("worker: the downstream URL %q is not an absolute URL", cfg.downstreamURL)
 	}
+	if down.Scheme != "http" && down.Scheme != "https" && down.Scheme != downstreamGRPC {
+		return nil, fmt.Errorf("worker: the downstream URL %q must start with http://, https:// or grpc://", cfg.downstreamURL)
+	}
+	var grpcDown *grpcClient
+	if down.Scheme == downstreamGRPC {
+		if grpcDown, err = newGRPCClient(down, cfg.store, cfg.out.Signer(), tp); err != nil {
+			return nil, err
+		}
+	}
 	prop := natssession.WithPropagator(propagatorFor(cfg.store))
 	return &worker{
-		cfg: cfg, js: js,
+		cfg: cfg, js: js, grpc: grpcDown,
 		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
 		// No publisher is trusted as such: a job's session is accepted only
 		// with the gateway's signature for that job's message id.
@@ -80,6 +90,9 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 // run consumes jobs and background work until ctx ends. It calls ready
 // once it is consuming both; an error before that is returned at once.
 func (w *worker) run(ctx context.Context, ready func()) error {
+	if w.grpc != nil {
+		defer w.grpc.close() // after the jobs in flight (p.close), which may still call it
+	}
 	jobs, err := consumer(ctx, w.js, "worker", jobsStream, "workers", w.cfg.ackWait)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -227,6 +240,13 @@ func (w *worker) setEnv(s otelsession.Session) {
 }
 
 func (w *worker) callDownstream(ctx context.Context) (string, error) {
+	if w.grpc != nil {
+		var envThread string
+		if w.cfg.store == storeEnv {
+			envThread = os.Getenv(otelsession.FieldThreadID.Name())
+		}
+		return w.grpc.thread(ctx, envThread)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.downstreamURL, nil)
 	if err != nil {
 		return "", fmt.Errorf("build the downstream request: %w", err)

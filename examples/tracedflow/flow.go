@@ -17,14 +17,19 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
+	"github.com/sessionwire/sessionwire/propagation/grpcsession"
 	"github.com/sessionwire/sessionwire/propagation/httpsession"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
@@ -65,6 +70,8 @@ type flow struct {
 	nc        *nats.Conn
 	providers []*sdktrace.TracerProvider
 	servers   []*http.Server
+	grpcSrv   *grpc.Server     // the downstream service over gRPC
+	grpcConn  *grpc.ClientConn // the worker's connection to it
 
 	ingressURL, downstreamURL, routerURL, platformURL string
 
@@ -73,20 +80,22 @@ type flow struct {
 	arrived    chan struct{}
 	toolSeen   map[string]string // message id -> thread id the tool read
 	downSeen   map[string]string // message id -> thread id downstream read
+	grpcSeen   map[string]string // message id -> thread id the gRPC downstream read
 	background sync.WaitGroup
 }
 
 const stream = "JOBS"
 
 func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ *flow, err error) {
-	f := &flow{arrived: make(chan struct{}, 1024), toolSeen: map[string]string{}, downSeen: map[string]string{}}
+	f := &flow{arrived: make(chan struct{}, 1024), toolSeen: map[string]string{}, downSeen: map[string]string{},
+		grpcSeen: map[string]string{}}
 	defer func() {
 		if err != nil {
 			f.stop(context.Background())
 		}
 	}()
 	tp := map[string]*sdktrace.TracerProvider{}
-	for _, role := range []string{"gateway", "worker", "downstream", "router"} {
+	for _, role := range []string{"gateway", "worker", "downstream", "downstream-grpc", "router"} {
 		p, err := demotrace.NewProvider(ctx, "tracedflow-"+role, sum)
 		if err != nil {
 			return nil, err
@@ -132,6 +141,19 @@ func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ 
 	if err != nil {
 		return nil, err
 	}
+	// The same service over gRPC: grpcsession's interceptors judge the
+	// session, otelgrpc (given everything but the baggage) traces the call,
+	// and the accepted session goes on its server span.
+	grpcAddr, err := f.serveGRPC(tp["downstream-grpc"])
+	if err != nil {
+		return nil, err
+	}
+	if f.grpcConn, err = grpc.NewClient(grpcAddr, append(grpcsession.DialOptions(grpcsession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Prefixes: []string{"grpc://" + grpcAddr + "/" + threadrpc.Service + "/"}})))),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp["worker"]), otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...); err != nil {
+		return nil, fmt.Errorf("connect to the gRPC downstream: %w", err)
+	}
 	// The router: delivers replies and completions to their origin.
 	f.routerURL, err = f.serve(httpsession.Handler(f.router(tp["router"]), httpsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))))
 	if err != nil {
@@ -163,6 +185,33 @@ func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ 
 		return nil, fmt.Errorf("start consuming: %w", err)
 	}
 	return f, nil
+}
+
+// serveGRPC starts the gRPC downstream service on loopback and returns its
+// address.
+func (f *flow) serveGRPC(tp *sdktrace.TracerProvider) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("listen on loopback: %w", err)
+	}
+	f.grpcSrv = grpc.NewServer(append(grpcsession.ServerOptions(
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())),
+		grpcsession.WithOnAccept(demotrace.Annotate)),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))))...)
+	threadrpc.Register(f.grpcSrv, grpcDownstream{f})
+	go func() { _ = f.grpcSrv.Serve(ln) }()
+	return ln.Addr().String(), nil
+}
+
+// grpcDownstream records the thread of the session each call carried.
+type grpcDownstream struct{ f *flow }
+
+func (d grpcDownstream) Thread(ctx context.Context) (string, error) {
+	thread := otelsession.Getenv(ctx, "HERMES_SESSION_THREAD_ID", "")
+	d.f.mu.Lock()
+	d.f.grpcSeen[otelsession.Getenv(ctx, "HERMES_SESSION_MESSAGE_ID", "")] = thread
+	d.f.mu.Unlock()
+	return thread, nil
 }
 
 func (f *flow) serve(h http.Handler) (string, error) {
@@ -235,6 +284,11 @@ func (f *flow) worker(tp *sdktrace.TracerProvider) func(context.Context, jetstre
 		if err := post(ctx, client, f.downstreamURL, nil); err != nil {
 			_ = msg.Nak()
 			return err
+		}
+		// The same over gRPC.
+		if _, err := threadrpc.Call(ctx, f.grpcConn); err != nil {
+			_ = msg.Nak()
+			return fmt.Errorf("worker: %w", err)
 		}
 		// The reply, routed to this message's origin.
 		origin := otelsession.OriginFrom(ctx)
@@ -326,6 +380,12 @@ func (f *flow) stop(ctx context.Context) {
 	f.background.Wait()
 	for _, s := range f.servers {
 		_ = s.Shutdown(ctx)
+	}
+	if f.grpcConn != nil {
+		_ = f.grpcConn.Close()
+	}
+	if f.grpcSrv != nil {
+		f.grpcSrv.Stop()
 	}
 	if f.nc != nil {
 		f.nc.Close()

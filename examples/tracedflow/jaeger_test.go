@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
 )
 
 func TestMain(m *testing.M) {
@@ -44,6 +45,7 @@ func TestFlowRoutesEveryDelivery(t *testing.T) {
 	assert.Zero(t, res.lost)
 	assert.Zero(t, res.toolMismatch)
 	assert.Zero(t, res.downstreamMismatch)
+	assert.Zero(t, res.grpcMismatch)
 }
 
 func freeAddr(t *testing.T) string {
@@ -163,7 +165,8 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	mine, other := conversation(0), conversation(1)
 
 	// The turn: one trace, from the gateway through every hop.
-	hops := []string{"tracedflow-gateway", "tracedflow-worker", "tracedflow-tool", "tracedflow-downstream", "tracedflow-router"}
+	hops := []string{"tracedflow-gateway", "tracedflow-worker", "tracedflow-tool", "tracedflow-downstream",
+		"tracedflow-downstream-grpc", "tracedflow-router"}
 	allHops := func(trs []jaegerTrace) bool {
 		seen := map[string]bool{}
 		for _, tr := range trs {
@@ -200,6 +203,20 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 	for _, svc := range hops {
 		assert.True(t, services[svc], "no span of %s carries the session", svc)
 	}
+	// The gRPC hop: otelgrpc's client span in the worker and its server span
+	// in the gRPC service, which started before the policy accepted the
+	// session (grpcsession.WithOnAccept put it there).
+	grpcSpans := map[string]string{}
+	for _, s := range turn.Spans {
+		if s.OperationName != strings.TrimPrefix(threadrpc.Method, "/") {
+			continue
+		}
+		kind, _ := s.tag("span.kind")
+		thread, _ := s.tag("session.thread_id")
+		grpcSpans[kind+" in "+turn.Processes[s.ProcessID].ServiceName] = thread
+	}
+	assert.Equal(t, map[string]string{"client in tracedflow-worker": mine.ThreadID,
+		"server in tracedflow-downstream-grpc": mine.ThreadID}, grpcSpans, "the gRPC spans and their session.thread_id")
 	raw, err := json.Marshal(turn)
 	require.NoError(t, err)
 	assert.NotContains(t, string(raw), mine.UserName, "no user name in clear anywhere in the trace")

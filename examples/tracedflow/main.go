@@ -1,10 +1,10 @@
 // Command tracedflow follows chat messages through every boundary sessionwire
 // crosses, with the session on every span: an HTTP ingress binds each
 // message's session, a NATS JetStream queue carries it to a worker, the worker
-// runs a tool as a child process and calls a downstream HTTP service, and a
-// router delivers the reply — and, after the turn has ended, a background
-// completion, whose span links back to the turn that promised it — to the
-// message's own chat thread.
+// runs a tool as a child process and calls a downstream service over HTTP
+// and over gRPC, and a router delivers the reply — and, after the turn has
+// ended, a background completion, whose span links back to the turn that
+// promised it — to the message's own chat thread.
 //
 //	go run ./examples/tracedflow                 # spans summarised on stdout
 //
@@ -90,13 +90,14 @@ func runTool(out io.Writer) int {
 type result struct {
 	sent, delivered, misrouted, lost int
 	toolMismatch, downstreamMismatch int
+	grpcMismatch                     int
 	elapsed                          time.Duration
 }
 
 func (r result) String() string {
 	return fmt.Sprintf("messages sent %d; deliveries %d (a reply and a background completion each); misrouted %d; lost %d\n"+
-		"tool child processes that saw another session %d; downstream calls that saw another session %d; %v\n",
-		r.sent, r.delivered, r.misrouted, r.lost, r.toolMismatch, r.downstreamMismatch, r.elapsed.Round(time.Millisecond))
+		"tool child processes that saw another session %d; downstream calls that saw another session %d (HTTP), %d (gRPC); %v\n",
+		r.sent, r.delivered, r.misrouted, r.lost, r.toolMismatch, r.downstreamMismatch, r.grpcMismatch, r.elapsed.Round(time.Millisecond))
 }
 
 func conversation(i int) chatMessage {
@@ -176,6 +177,9 @@ wait:
 		}
 		if f.downSeen[m.MessageID] != m.ThreadID {
 			r.downstreamMismatch++
+		}
+		if f.grpcSeen[m.MessageID] != m.ThreadID {
+			r.grpcMismatch++
 		}
 	}
 	return r, errors.Join(errs...)

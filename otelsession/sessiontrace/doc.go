@@ -5,7 +5,9 @@
 // [SpanProcessor] is an OpenTelemetry SDK span processor: at span start it
 // copies the session fields of the span's parent context onto the span as
 // attributes named by the fields' keys (session.chat_id, session.thread_id,
-// …). [LogHandler] wraps an slog.Handler and does the same for every record
+// …); [SpanProcessor.Annotate] does the same for a span that started before
+// its session was decided (a gRPC server span, once the policy accepted the
+// call's session). [LogHandler] wraps an slog.Handler and does the same for every record
 // logged with a context, adding trace_id and span_id; [LogProcessor] does it
 // for OpenTelemetry log records (sdk/log). It lives apart from
 // package otelsession so that code that only reads sessions does not import

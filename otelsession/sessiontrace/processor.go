@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 )
@@ -30,6 +31,23 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	attrs := p.r.attributes(parent, buf[:0])
 	if len(attrs) > 0 {
 		s.SetAttributes(attrs...)
+	}
+}
+
+// Annotate sets on span the session attributes of ctx, redacted as OnStart
+// sets them, when span is recording. It is for a span that started before
+// its session was decided: a gRPC server span that otelgrpc starts before
+// any interceptor runs, when grpcsession's policy accepts the session
+// afterwards (grpcsession.WithOnAccept). Attributes already on the span
+// under the same keys are replaced; a field the session does not hold
+// leaves its attribute, if any, as it was.
+func (p *SpanProcessor) Annotate(ctx context.Context, span trace.Span) {
+	if span == nil || !span.IsRecording() {
+		return
+	}
+	var buf [24]attribute.KeyValue
+	if attrs := p.r.attributes(ctx, buf[:0]); len(attrs) > 0 {
+		span.SetAttributes(attrs...)
 	}
 }
 

@@ -73,6 +73,35 @@ func TestSpanWithoutSession(t *testing.T) {
 	assert.Empty(t, startSpan(t, sessiontrace.Redaction{}, context.Background()))
 }
 
+// A span started before its session was decided (otelgrpc's server span,
+// before grpcsession's policy) gets it from Annotate, redacted the same way;
+// a span that is not recording is left alone.
+func TestAnnotate(t *testing.T) {
+	t.Parallel()
+	key := []byte("test-key-0123456789")
+	proc := sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(proc), sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	_, span := tp.Tracer("test").Start(context.Background(), "server")
+	proc.Annotate(otelsession.Bind(context.Background(), session()), span)
+	span.End()
+	proc.Annotate(otelsession.Bind(context.Background(), session()), span) // ended: not recording
+	require.Len(t, rec.Ended(), 1)
+	got := map[attribute.Key]string{}
+	for _, kv := range rec.Ended()[0].Attributes() {
+		got[kv.Key] = kv.Value.AsString()
+	}
+	want := startSpan(t, sessiontrace.Redaction{HashKey: key}, otelsession.Bind(context.Background(), session()))
+	assert.Equal(t, want, got, "the attributes OnStart would have set")
+	assert.True(t, strings.HasPrefix(got["session.user_name"], "hmac:"))
+
+	_, bare := tp.Tracer("test").Start(context.Background(), "no session")
+	proc.Annotate(context.Background(), bare)
+	bare.End()
+	assert.Empty(t, rec.Ended()[1].Attributes())
+}
+
 func TestRedaction(t *testing.T) {
 	t.Parallel()
 	ctx := otelsession.Bind(context.Background(), session())

@@ -162,7 +162,8 @@ func containsAny(s string, subs ...string) bool {
 }
 
 // With otelgrpc's stats handlers on both sides, given before or after the
-// interceptors, or given only the trace-context propagator: a signed session reaches the allowed service and verifies
+// interceptors, or given only the trace-context propagator (or
+// ExceptBaggage): a signed session reaches the allowed service and verifies
 // there (otelgrpc's second injection on the client writes the signed
 // session, not the bare one); the service reached under another authority
 // gets no session although otelgrpc injects the whole baggage of the
@@ -177,13 +178,17 @@ func TestWithOtelgrpc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, order := range []string{"stats first", "interceptors first", "otelgrpc with trace context only"} {
+	for _, order := range []string{"stats first", "interceptors first", "otelgrpc with trace context only", "otelgrpc with ExceptBaggage"} {
 		t.Run(order, func(t *testing.T) {
 			tp, exp := sessiontest.NewTracing(t)
 			otelOpts := []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(w3c)}
-			if order == "otelgrpc with trace context only" {
+			switch order {
+			case "otelgrpc with trace context only":
 				// The cheaper configuration: the interceptors alone carry the baggage.
 				otelOpts = []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(otelprop.TraceContext{})}
+			case "otelgrpc with ExceptBaggage":
+				// The same, keeping whatever else the program's propagator carries.
+				otelOpts = []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil))}
 			}
 			serverOpts := func(policy *propagation.Inbound) []grpc.ServerOption {
 				stats := grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...))

@@ -16,7 +16,7 @@
 //	policy := propagation.NewInbound(grpcsession.TrustSANs("spiffe://prod/gateway"),
 //		propagation.WithVerifier(verifier)) // the verifier is optional
 //	srv := grpc.NewServer(append(grpcsession.ServerOptions(grpcsession.WithInbound(policy)),
-//		grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
+//		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))))...)
 //
 // Every call starts with an Unset session (it never inherits one from the
 // server's base context). The "baggage" entries of the incoming metadata
@@ -35,7 +35,10 @@
 // A refused session never fails the call: the handler runs with the session
 // Unset, the policy counts the refusal, [WithOnError] sees it, and the
 // incoming metadata the handler can read is re-encoded so that nothing
-// behind the interceptor can extract the refused session again.
+// behind the interceptor can extract the refused session again. Whatever
+// the verdict, the handler reads the baggage lines that were judged, also
+// when hand-built metadata spells the key twice ("Baggage" beside
+// "baggage", of which gRPC's own reads keep either).
 // [WithUnauthenticated] instead fails every call without an accepted session
 // with codes.Unauthenticated, for services that must not run without one.
 // A stream is judged once, when it opens: its Context, and so every message
@@ -48,7 +51,8 @@
 //		Prefixes: []string{"grpc://notify.internal:443/notify.v1.Notify/"}}),
 //		propagation.WithSigner(signer)) // the signer is optional
 //	conn, err := grpc.NewClient("notify.internal:443", append(grpcsession.DialOptions(grpcsession.WithOutbound(out)),
-//		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), grpc.WithTransportCredentials(creds))...)
+//		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))),
+//		grpc.WithTransportCredentials(creds))...)
 //
 // The policy sees the call as propagation.Dest{Transport: "grpc", Name: the
 // target's host, URL: grpc://<target authority>/<package.Service>/<Method>}:
@@ -74,10 +78,22 @@
 // signed one when it signs), so otelgrpc writes the same.
 //
 // Both otelgrpc and the interceptors then extract (and inject) the baggage,
-// each once per call. Giving otelgrpc only the trace-context propagator,
-// otelgrpc.WithPropagators(propagation.TraceContext{}) on both sides, leaves
-// the baggage to the interceptors and saves the second pass (see
-// BenchmarkUnary); spans are parented as before.
+// each once per call. Giving otelgrpc [ExceptBaggage] on both sides,
+//
+//	otelgrpc.NewServerHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))
+//	otelgrpc.NewClientHandler(otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))
+//
+// leaves the baggage to the interceptors and saves the second pass (see
+// BenchmarkUnary and the README); spans are parented as before, and the
+// program's other propagators keep working.
+//
+// otelgrpc starts the server span before the interceptor decides: given
+// ExceptBaggage it starts without a session, given the full propagator a
+// span processor that copies the session onto spans (sessiontrace) copies
+// the one the client sent, accepted or not. [WithOnAccept] runs when a
+// session was accepted, with the server span current: with
+// sessiontrace's SpanProcessor.Annotate it puts the accepted session, and
+// only that, on the server span.
 //
 // The default propagator is otel.GetTextMapPropagator(), read per call, as
 // otelgrpc does. It is a no-op until the program calls

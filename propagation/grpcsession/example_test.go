@@ -32,7 +32,8 @@ func (notify) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, er
 	return &testpb.Empty{}, nil
 }
 
-// A server that trusts the loopback network, beside otelgrpc, and a client
+// A server that trusts the loopback network, beside otelgrpc (given
+// everything but the baggage), and a client
 // whose outbound policy lets the session go to one method of one service
 // at one address: the other method runs without it.
 func Example() {
@@ -40,6 +41,9 @@ func Example() {
 	//	propagation.TraceContext{}, propagation.Baggage{})) does this for a
 	// whole program; the example passes the propagator explicitly.
 	opts := []grpcsession.Option{grpcsession.WithPropagator(w3c)}
+	// otelgrpc traces the calls and carries the trace context; the
+	// interceptors alone carry the baggage, so it is parsed and written once.
+	traceOnly := otelgrpc.WithPropagators(grpcsession.ExceptBaggage(w3c))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +52,7 @@ func Example() {
 	}
 	inbound := propagation.NewInbound(propagation.TrustLoopback())
 	srv := grpc.NewServer(append(grpcsession.ServerOptions(append(opts, grpcsession.WithInbound(inbound))...),
-		grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
+		grpc.StatsHandler(otelgrpc.NewServerHandler(traceOnly)))...)
 	testpb.RegisterTestServiceServer(srv, notify{})
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
@@ -57,7 +61,7 @@ func Example() {
 	outbound := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
 		Prefixes: []string{"grpc://" + addr + "/grpc.testing.TestService/UnaryCall"}}))
 	conn, err := grpc.NewClient(addr, append(grpcsession.DialOptions(append(opts, grpcsession.WithOutbound(outbound))...),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(traceOnly)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		fmt.Println(err)

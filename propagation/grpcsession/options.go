@@ -19,6 +19,7 @@ type config struct {
 	outbound        *propagation.Outbound
 	unauthenticated bool
 	onError         func(ctx context.Context, fullMethod string, err error)
+	onAccept        func(ctx context.Context, fullMethod string)
 }
 
 func newConfig(opts []Option) *config {
@@ -87,4 +88,21 @@ func WithUnauthenticated() Option {
 // call goes without it; a signature that does not fit: it goes unsigned).
 func WithOnError(fn func(ctx context.Context, fullMethod string, err error)) Option {
 	return Option{func(c *config) { c.onError = fn }}
+}
+
+// WithOnAccept sets a function called, before the handler runs, with the
+// handler's context of every call (unary, or a stream when it opens) whose
+// session the policy accepted.
+//
+// Its use is the server span. otelgrpc's stats handler starts that span
+// before any interceptor runs, from the metadata as it arrived: given
+// [ExceptBaggage], the span starts without a session; given the full
+// propagator, a span processor that copies the session onto spans
+// (sessiontrace) copies the one the client sent, accepted or not. The
+// accepted session is known only here:
+//
+//	proc := sessiontrace.NewSpanProcessor(redaction) // also registered with the tracer provider
+//	grpcsession.WithOnAccept(func(ctx context.Context, _ string) { proc.Annotate(ctx, trace.SpanFromContext(ctx)) })
+func WithOnAccept(fn func(ctx context.Context, fullMethod string)) Option {
+	return Option{func(c *config) { c.onAccept = fn }}
 }

@@ -97,12 +97,16 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		binErr = fmt.Errorf("extract session from grpc: %s entry: %w", baggageBinKey, propagation.ErrMalformedMember)
 	}
 	pr := peerOf(ctx, md)
+	lines := carrier.Values(baggageKey)
 	extractFrom := otelprop.TextMapCarrier(carrier)
-	if binErr != nil {
+	switch {
+	case binErr != nil:
 		extractFrom = withoutBaggage{carrier}
+	case len(lines) == 1:
+		extractFrom = oneBaggageLine{carrier}
 	}
 	base := ctx
-	if len(carrier.Values(baggageKey)) > 0 {
+	if len(lines) > 0 && baggage.FromContext(ctx).Len() > 0 {
 		// otelgrpc's stats handler already extracted this baggage into ctx;
 		// the policy extracts it again and would otherwise first Reset the
 		// session it finds there, which costs more than the policy itself.
@@ -120,13 +124,21 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		out = trace.ContextWithSpan(out, span)
 	}
 	hasSession := propagation.HasSession(baggage.FromContext(out))
-	if !hasSession && (binErr != nil || mentionsSession(carrier.Values(baggageKey))) {
+	if !hasSession && (binErr != nil || mentionsSession(lines)) {
 		// Code behind the interceptor that reads the incoming metadata again
 		// (a proxy forwarding it, a second extraction) must not revive the
 		// refused session: hand it metadata re-encoded from the context.
 		carrier.Delete(baggageKey)
 		carrier.Delete(baggageBinKey)
 		otelprop.Baggage{}.Inject(out, carrier)
+		out = metadata.NewIncomingContext(out, md)
+	} else if len(md[baggageKey]) > 0 {
+		// md is metadata.FromIncomingContext's lower-cased copy. When the
+		// context's map holds "Baggage" beside "baggage" (metadata built by
+		// hand: on the wire keys are lower-case), that copy keeps one of the
+		// lists, a different one from call to call, and the handler's own
+		// read may keep the other, never judged. The handler reads the lines
+		// that were judged.
 		out = metadata.NewIncomingContext(out, md)
 	}
 	if err != nil && c.onError != nil {
@@ -135,8 +147,21 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if c.unauthenticated && !hasSession {
 		return nil, errUnauthenticated
 	}
+	if hasSession && c.onAccept != nil {
+		c.onAccept(out, method)
+	}
 	return out, nil
 }
+
+// oneBaggageLine is a carrier with a single baggage line, without a Values
+// method: the W3C propagator then parses the line once, where through Values
+// it parses it and builds the baggage again from its members, which doubles
+// the cost of the most common call. Several lines go through Values.
+type oneBaggageLine struct{ c MetadataCarrier }
+
+func (o oneBaggageLine) Get(key string) string { return o.c.Get(key) }
+func (o oneBaggageLine) Set(key, value string) { o.c.Set(key, value) }
+func (o oneBaggageLine) Keys() []string        { return o.c.Keys() }
 
 // withoutBaggage hides the baggage entries of a carrier from the propagator.
 type withoutBaggage struct{ MetadataCarrier }

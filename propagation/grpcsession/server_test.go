@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/grpcsession"
 )
@@ -269,5 +271,45 @@ func TestBaggageBinRefused(t *testing.T) {
 	}
 	if !errors.Is(got, propagation.ErrMalformedMember) {
 		t.Fatalf("WithOnError saw %v", got)
+	}
+}
+
+// Incoming metadata built by hand (an in-process call, a proxy) can hold
+// "Baggage" and "baggage" at once. metadata.FromIncomingContext lower-cases
+// them into one key and keeps either list, changing from call to call, so
+// the handler must read the lines the interceptor judged, not whichever
+// spelling its own read happens to keep: here an invalid line beside a
+// session member (found by FuzzServerMetadata). Map order varies, so the
+// call is repeated.
+func TestTwoSpellingsOfBaggageHandlerReadsWhatWasJudged(t *testing.T) {
+	interceptor := grpcsession.UnaryServerInterceptor(
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone)))
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc.v1.Svc/Call"}
+	for i := range 200 {
+		md := metadata.MD{"Baggage": {"session.chat_id=forged"}, "baggage": {"not a member"}}
+		if i%2 == 1 {
+			md = metadata.MD{"baggage": {"session.chat_id=forged"}, "Baggage": {"not a member"}}
+		}
+		_, err := interceptor(metadata.NewIncomingContext(context.Background(), md), nil, info,
+			func(ctx context.Context, _ any) (any, error) {
+				if _, st := otelsession.Lookup(ctx, otelsession.FieldChatID); st != otelsession.Unset {
+					t.Fatalf("call %d: an untrusted session was accepted", i)
+				}
+				seen, _ := metadata.FromIncomingContext(ctx)
+				for _, key := range []string{"baggage", "Baggage"} {
+					seen[key+" (by value)"] = metadata.ValueFromIncomingContext(ctx, key)
+				}
+				for k, lines := range seen {
+					for _, l := range lines {
+						if strings.Contains(l, "session.") {
+							t.Fatalf("call %d: the handler can read %q under %q", i, l, k)
+						}
+					}
+				}
+				return nil, nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
 )
@@ -23,6 +24,19 @@ import (
 // hashKey keys the hashing of user names on spans. A real deployment loads a
 // secret and keeps it stable; the demo's is fixed so runs correlate.
 var hashKey = []byte("sessionwire-demo-key, not a secret")
+
+// spanSession puts the session on every span of every provider of this
+// package, and on the spans Annotate is given.
+var spanSession = sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: hashKey})
+
+// Annotate puts the session of ctx on the span current in ctx, redacted as
+// the providers of this package redact it. It is for a span started before
+// its session was decided, and has the signature of
+// grpcsession.WithOnAccept's function: otelgrpc's server span, once the
+// policy accepted the call's session.
+func Annotate(ctx context.Context, _ string) {
+	spanSession.Annotate(ctx, trace.SpanFromContext(ctx))
+}
 
 // NewProvider returns a tracer provider for one role of a program: spans
 // carry the session and go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is
@@ -38,7 +52,7 @@ func NewProvider(ctx context.Context, service string, sum *Summary) (*sdktrace.T
 	}
 	return sdktrace.NewTracerProvider(
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName(service))),
-		sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: hashKey})),
+		sdktrace.WithSpanProcessor(spanSession),
 		sdktrace.WithBatcher(exp),
 	), nil
 }
