@@ -67,7 +67,7 @@ type topology struct {
 	nc       *nats.Conn
 	p        *platforms
 	procs    *workerProcs
-	tp       *sdktrace.TracerProvider
+	tps      map[string]*sdktrace.TracerProvider // by role: each role is its own service in a trace, as when run apart
 	traces   *demotrace.Summary
 	cancel   context.CancelFunc // stops the roles
 	svcStop  context.CancelFunc // then the services they call
@@ -103,15 +103,19 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all", t.cfg.layout); err != nil {
 		return nil, err
 	}
-	if t.tp, err = demotrace.NewProvider(ctx, "gateway", t.traces); err != nil {
-		return nil, err
+	t.tps = map[string]*sdktrace.TracerProvider{}
+	for _, role := range []string{"gateway", "router", "worker"} {
+		// The names runRole gives the roles run as processes.
+		if t.tps[role], err = demotrace.NewProvider(ctx, "gateway-"+role, t.traces); err != nil {
+			return nil, err
+		}
 	}
 	t.p = newPlatforms()
 	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust); err != nil {
 		return nil, err
 	}
 	t.done = make(chan error, 2+t.cfg.workers)
-	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, t.done); err != nil {
+	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tps["gateway"], t.done); err != nil {
 		return nil, err
 	}
 	if t.cfg.fault == faultRouter {
@@ -120,7 +124,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 			return nil, err
 		}
 	} else {
-		if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, t.done); err != nil {
+		if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tps["router"], t.done); err != nil {
 			return nil, err
 		}
 		t.running++
@@ -134,7 +138,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		return t, nil
 	}
 	for range t.cfg.workers {
-		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tp, t.done); err != nil {
+		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tps["worker"], t.done); err != nil {
 			return nil, err
 		}
 		t.running++
@@ -258,8 +262,8 @@ func (t *topology) stop() {
 	if t.svcStop != nil {
 		t.svcStop()
 	}
-	if t.tp != nil {
-		_ = t.tp.Shutdown(context.Background())
+	for _, tp := range t.tps {
+		_ = tp.Shutdown(context.Background())
 	}
 	if t.nc != nil {
 		t.nc.Close()
