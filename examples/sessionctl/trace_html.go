@@ -76,8 +76,9 @@ type htmlLink struct {
 }
 
 type htmlTick struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string
 }
 
 func writeHTMLFile(path string, ex *Exploration) error {
@@ -204,7 +205,11 @@ func layoutConversation(c *Conversation, index int) htmlConversation {
 	}
 	for i := 0; i <= 5; i++ {
 		us := c.Start + int64(float64(i)/5*span)
-		hc.Ticks = append(hc.Ticks, htmlTick{X: x(us), Label: "+" + fmtDur(us-c.Start)})
+		anchor := "middle"
+		if i == 5 {
+			anchor = "end" // inside the picture
+		}
+		hc.Ticks = append(hc.Ticks, htmlTick{X: x(us), Label: "+" + fmtDur(us-c.Start), Anchor: anchor})
 	}
 	return hc
 }
@@ -262,7 +267,7 @@ code { font-family: ui-monospace, monospace; }
 <svg class="timeline" width="{{.Width}}" height="{{printf "%.0f" .Height}}" viewBox="0 0 {{.Width}} {{printf "%.1f" .Height}}" xmlns="http://www.w3.org/2000/svg">
 {{range .Lanes}}<rect class="lane{{if .Odd}} odd{{end}}" x="0" y="{{printf "%.1f" .Y}}" width="100%" height="{{printf "%.1f" .H}}"/>
 <text class="lanelabel" x="6" y="{{printf "%.1f" .Y}}" dy="15">{{.Service}}</text>
-{{end}}{{range .Ticks}}<line class="tick" x1="{{printf "%.1f" .X}}" x2="{{printf "%.1f" .X}}" y1="14" y2="100%"/><text class="ticklabel" x="{{printf "%.1f" .X}}" y="11" text-anchor="middle">{{.Label}}</text>
+{{end}}{{range .Ticks}}<line class="tick" x1="{{printf "%.1f" .X}}" x2="{{printf "%.1f" .X}}" y1="14" y2="100%"/><text class="ticklabel" x="{{printf "%.1f" .X}}" y="11" text-anchor="{{.Anchor}}">{{.Label}}</text>
 {{end}}{{range .Bars}}<rect class="{{.Class}}" data-trace="{{.Trace}}" data-span="{{.SpanID}}" x="{{printf "%.1f" .X}}" y="{{printf "%.1f" .Y}}" width="{{printf "%.1f" .W}}" height="10" rx="1.5"><title>{{.Title}}</title></rect>
 {{if .Anomaly}}<text class="mark" x="{{printf "%.1f" .MarkX}}" y="{{printf "%.1f" .MarkY}}">!</text>
 {{end}}{{end}}{{range .Links}}<path class="link" data-trace="{{.Trace}}" d="{{.Path}}"/>
