@@ -327,7 +327,7 @@ func (j *jaegerClient) get(ctx context.Context, path string, q url.Values, out a
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("Jaeger answered %s for %s: %s", resp.Status, u, strings.TrimSpace(string(b)))
+		return fmt.Errorf("the query API answered %s for %s: %s", resp.Status, u, strings.TrimSpace(string(b)))
 	}
 	switch o := out.(type) {
 	case *[]jTrace:
@@ -358,7 +358,7 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 		}
 		services = body.Data
 		if len(services) == 0 {
-			return nil, fmt.Errorf("Jaeger at %s knows no service yet: no spans have reached it", j.base)
+			return nil, fmt.Errorf("no service is known to Jaeger at %s yet: no spans have reached it", j.base)
 		}
 	}
 	end := time.Now()
