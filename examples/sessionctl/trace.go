@@ -911,6 +911,12 @@ func printExploration(w io.Writer, ex *Exploration) {
 		fmt.Fprintln(w, "no traces found (widen --lookback, or check the filter and that the services export to this Jaeger)")
 		return
 	}
+	svcW := 8
+	for _, c := range ex.Conversations {
+		for _, s := range c.Services {
+			svcW = max(svcW, len(s))
+		}
+	}
 	for _, c := range ex.Conversations {
 		msgs, comps := 0, 0
 		for _, t := range c.Traces {
@@ -934,8 +940,8 @@ func printExploration(w io.Writer, ex *Exploration) {
 					mark = "  <-- anomaly"
 				}
 				name := strings.Repeat("  ", min(s.Depth, 8)) + s.Name
-				fmt.Fprintf(w, "      %9s %9s  %-18s %-44s session %s%s\n", "+"+fmtDur(s.Start-t.Start), fmtDur(s.Duration),
-					s.Service, name, carriedText(s), mark)
+				fmt.Fprintf(w, "      %9s %9s  %-*s  %-44s session %s%s\n", "+"+fmtDur(s.Start-t.Start), fmtDur(s.Duration),
+					svcW, s.Service, name, carriedText(s), mark)
 			}
 			for _, r := range t.Routes {
 				fmt.Fprintf(w, "      route (%s): %s\n", r.Span, r.Where)
