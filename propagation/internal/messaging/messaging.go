@@ -92,7 +92,11 @@ func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propag
 		span.RecordError(err)
 		sessionevent.Refused(span, err)
 	} else if span.IsRecording() {
-		sessionevent.StrippedIfOffered(span, baggage.FromContext(ctx), []string{carrier.Get("baggage")}, peer)
+		// Only a context without a session can have had one stripped: the
+		// carrier is read again on that path alone.
+		if b := baggage.FromContext(ctx); !propagation.HasSession(b) {
+			sessionevent.StrippedIfOffered(span, b, []string{carrier.Get("baggage")}, peer)
+		}
 	}
 	return ctx, span, err
 }
