@@ -389,8 +389,10 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 		}
 		add(ts)
 	}
-	// A completion's turn: needed to tell where the completion should have gone.
-	for i := 0; i < len(order); i++ {
+	// A completion's turn: needed to tell where the completion should have
+	// gone. At most --limit of them are read one by one.
+	fetched := 0
+	for i := 0; i < len(order) && fetched < c.limit; i++ {
 		for _, s := range byID[order[i]].Spans {
 			for _, r := range s.References {
 				if r.TraceID == "" || r.TraceID == s.TraceID {
@@ -400,6 +402,7 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 					continue
 				}
 				var ts []jTrace
+				fetched++
 				err := j.get(ctx, "/api/traces/"+url.PathEscape(r.TraceID), nil, &ts)
 				if errors.Is(err, errNotFound) {
 					byID[r.TraceID] = jTrace{} // gone (expired from storage): remember not to ask again

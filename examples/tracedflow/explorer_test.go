@@ -37,12 +37,21 @@ func buildTool(t *testing.T, dir, pkg string) string {
 // exploration is the part of sessionctl trace --json the test reads.
 type exploration struct {
 	Conversations []struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		Traces []struct {
+			ID    string `json:"trace_id"`
+			Spans []struct {
+				ID      string            `json:"span_id"`
+				Session map[string]string `json:"session"`
+			} `json:"spans"`
+		} `json:"traces"`
 	} `json:"conversations"`
 	Anomalies []struct {
-		Kind   string `json:"kind"`
-		Span   string `json:"span"`
-		Detail string `json:"detail"`
+		Kind    string `json:"kind"`
+		TraceID string `json:"trace_id"`
+		SpanID  string `json:"span_id"`
+		Span    string `json:"span"`
+		Detail  string `json:"detail"`
 	} `json:"anomalies"`
 	Messages    int `json:"messages"`
 	Completions int `json:"completions"`
@@ -163,6 +172,30 @@ func TestExplorerAfterGatewayRuns(t *testing.T) {
 				assert.Positive(t, kinds["session-differs"]+kinds["completion-misrouted"], "misrouted deliveries carry another session")
 			}
 			assert.Regexp(t, "session-stripped|no-session-after-ingress", text)
+
+			// A misrouted completion carries the session it was sent to: asked
+			// for that conversation, the explorer reads the completion's turn
+			// by its trace id (the search does not return it) to tell.
+			for _, a := range ex.Anomalies {
+				if a.Kind != "completion-misrouted" {
+					continue
+				}
+				var key string
+				for _, c := range ex.Conversations {
+					for _, tr := range c.Traces {
+						for _, s := range tr.Spans {
+							if tr.ID == a.TraceID && s.ID == a.SpanID {
+								key = s.Session["session.key"]
+							}
+						}
+					}
+				}
+				require.NotEmpty(t, key)
+				text, status := explorer(t, sessionctl, "--jaeger", jaeger, "--session", key, "--check")
+				assert.Equal(t, 1, status)
+				assert.Contains(t, text, "completion-misrouted  completion delivered to", "found from the conversation it reached:\n%s", text)
+				break
+			}
 			assert.Contains(t, string(html), "anomalies</span>")
 		})
 	}
