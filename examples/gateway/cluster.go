@@ -68,8 +68,8 @@ type topology struct {
 	nc       *nats.Conn
 	p        *platforms
 	procs    *workerProcs
-	grpcDown *grpcDownstream // with --downstream=grpc
-	tp       *sdktrace.TracerProvider
+	grpcDown *grpcDownstream                     // with --downstream=grpc
+	tps      map[string]*sdktrace.TracerProvider // by role: each role is its own service in a trace, as when run apart
 	traces   *demotrace.Summary
 	cancel   context.CancelFunc // stops the roles
 	svcStop  context.CancelFunc // then the services they call
@@ -105,20 +105,25 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 	if t.nc, js, err = connect(ctx, t.cfg.natsURL, "all", t.cfg.layout); err != nil {
 		return nil, err
 	}
-	if t.tp, err = demotrace.NewProvider(ctx, "gateway", t.traces); err != nil {
-		return nil, err
+	t.tps = map[string]*sdktrace.TracerProvider{}
+	for _, role := range []string{"gateway", "router", "worker", "downstream"} {
+		// The names runRole gives the roles run as processes (and the
+		// downstream gRPC service's, which runs in this process).
+		if t.tps[role], err = demotrace.NewProvider(ctx, "gateway-"+role, t.traces); err != nil {
+			return nil, err
+		}
 	}
 	t.p = newPlatforms()
 	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust); err != nil {
 		return nil, err
 	}
 	if t.cfg.downstream == downstreamGRPC {
-		if t.cfg.downstreamURL, t.grpcDown, err = serveGRPCDownstream(svcCtx, "127.0.0.1:0", t.cfg.trust, t.tp); err != nil {
+		if t.cfg.downstreamURL, t.grpcDown, err = serveGRPCDownstream(svcCtx, "127.0.0.1:0", t.cfg.trust, t.tps["downstream"]); err != nil {
 			return nil, err
 		}
 	}
 	t.done = make(chan error, 2+t.cfg.workers)
-	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tp, t.done); err != nil {
+	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tps["gateway"], t.done); err != nil {
 		return nil, err
 	}
 	if t.cfg.fault == faultRouter {
@@ -127,7 +132,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 			return nil, err
 		}
 	} else {
-		if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tp, t.done); err != nil {
+		if _, err := startRole(ctx, t.cfg, "router", t.nc, js, t.tps["router"], t.done); err != nil {
 			return nil, err
 		}
 		t.running++
@@ -141,7 +146,7 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		return t, nil
 	}
 	for range t.cfg.workers {
-		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tp, t.done); err != nil {
+		if _, err := startRole(ctx, t.cfg, "worker", t.nc, js, t.tps["worker"], t.done); err != nil {
 			return nil, err
 		}
 		t.running++
@@ -265,8 +270,8 @@ func (t *topology) stop() {
 	if t.svcStop != nil {
 		t.svcStop()
 	}
-	if t.tp != nil {
-		_ = t.tp.Shutdown(context.Background())
+	for _, tp := range t.tps {
+		_ = tp.Shutdown(context.Background())
 	}
 	if t.nc != nil {
 		t.nc.Close()

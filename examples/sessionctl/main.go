@@ -9,6 +9,7 @@
 //	sessionctl env                          # BAGGAGE and HERMES_* of this process
 //	sessionctl env 'session.chat_id=42'     # a BAGGAGE value, with this process's HERMES_*
 //	sessionctl --json header '...'          # for scripts
+//	sessionctl trace --jaeger http://127.0.0.1:16686 --thread T   # a conversation's journey through Jaeger
 //
 // Exit status: 0 when the session would be accepted, 1 when it would be
 // refused, 2 on a usage error.
@@ -43,6 +44,7 @@ func main() {
 
 const usage = `usage: sessionctl [--json] header LINE [LINE...]
        sessionctl [--json] env [BAGGAGE-VALUE]
+       sessionctl trace --jaeger URL [--chat C | --thread T | --session KEY] [--check] [--html FILE]
 
 Decodes a session and prints each field's state and value, then whether the
 inbound policy would accept it.`
@@ -68,6 +70,9 @@ type report struct {
 }
 
 func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	if len(args) > 0 && args[0] == "trace" { // the session explorer, trace.go
+		return runTrace(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("sessionctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, usage) }

@@ -21,6 +21,12 @@
 //     the wire marker (%00, a NUL byte) never appears;
 //   - an Unset field: no attribute.
 //
+// The session key is recorded a second time as gen_ai.conversation.id
+// ([ConversationIDKey], the OpenTelemetry GenAI convention's conversation
+// attribute), with the same redaction, so that tools that group spans by
+// conversation and know nothing of session.* group sessionwire's spans too.
+// A Cleared or empty session key adds no conversation id.
+//
 // A [Redaction] policy decides per field: [Copy] the value, [Hash] it with a
 // keyed HMAC-SHA256 (so equal values correlate but a dictionary of names
 // cannot reverse them without the key), or [Drop] it. By default the user name

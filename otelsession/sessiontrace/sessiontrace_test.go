@@ -68,6 +68,35 @@ func TestSpanProcessorAttributes(t *testing.T) {
 	}
 }
 
+func TestConversationID(t *testing.T) {
+	t.Parallel()
+	s := session()
+	s.SessionKey = "agent:main:telegram:-100123:"
+	got := startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), s))
+	assert.Equal(t, s.SessionKey, got["gen_ai.conversation.id"], "the conversation is the session key")
+	assert.Equal(t, s.SessionKey, got["session.key"])
+
+	// It follows the session key's redaction.
+	key := []byte("test-key-0123456789")
+	got = startSpan(t, sessiontrace.Redaction{HashKey: key, Actions: map[otelsession.Field]sessiontrace.Action{
+		otelsession.FieldSessionKey: sessiontrace.Hash}}, otelsession.Bind(context.Background(), s))
+	assert.True(t, strings.HasPrefix(got["gen_ai.conversation.id"], "hmac:"))
+	assert.Equal(t, got["session.key"], got["gen_ai.conversation.id"])
+	got = startSpan(t, sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+		otelsession.FieldSessionKey: sessiontrace.Drop}}, otelsession.Bind(context.Background(), s))
+	_, ok := got["gen_ai.conversation.id"]
+	assert.False(t, ok, "a dropped session key drops the conversation id")
+
+	// No key, or a Cleared one: no conversation id.
+	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), session()))
+	_, ok = got["gen_ai.conversation.id"]
+	assert.False(t, ok, "an Unset session key")
+	s.SessionKey = ""
+	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), s))
+	_, ok = got["gen_ai.conversation.id"]
+	assert.False(t, ok, "a Cleared session key")
+}
+
 func TestSpanWithoutSession(t *testing.T) {
 	t.Parallel()
 	assert.Empty(t, startSpan(t, sessiontrace.Redaction{}, context.Background()))

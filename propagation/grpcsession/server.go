@@ -20,6 +20,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
 const (
@@ -124,6 +125,13 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		out = trace.ContextWithSpan(out, span)
 	}
 	hasSession := propagation.HasSession(baggage.FromContext(out))
+	// The server span (otelgrpc's, when it runs) says why a session was
+	// refused or stripped.
+	if span := trace.SpanFromContext(out); err != nil {
+		sessionevent.Refused(span, err)
+	} else if !hasSession && span.IsRecording() && mentionsSession(lines) {
+		sessionevent.StrippedIfOffered(span, baggage.FromContext(out), lines, pr)
+	}
 	if !hasSession && (binErr != nil || mentionsSession(lines)) {
 		// Code behind the interceptor that reads the incoming metadata again
 		// (a proxy forwarding it, a second extraction) must not revive the

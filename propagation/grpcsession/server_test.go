@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -310,6 +314,59 @@ func TestTwoSpellingsOfBaggageHandlerReadsWhatWasJudged(t *testing.T) {
 			})
 		if err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// otelgrpc's server span says why a session was refused or stripped: a
+// session.refused event with its reason. A call with a session that is
+// accepted has none.
+func TestServerSpanRecordsRefusals(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	stats := grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(w3c)))
+	reasons := func() []string {
+		var out []string
+		for _, s := range exp.GetSpans() {
+			if s.SpanKind != trace.SpanKindServer {
+				continue
+			}
+			for _, e := range s.Events {
+				for _, kv := range e.Attributes {
+					if e.Name == "session.refused" && kv.Key == "session.refusal.reason" {
+						out = append(out, kv.Value.AsString())
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		trust propagation.TrustFunc
+		want  string
+	}{
+		{propagation.TrustNone, "untrusted: the session carried no valid signature and the peer (grpc"},
+		{propagation.TrustLoopback(), ""},
+	} {
+		exp.Reset()
+		svc := newService()
+		addr := serve(t, svc, append(grpcsession.ServerOptions(grpcsession.WithInbound(propagation.NewInbound(tc.trust)),
+			grpcsession.WithPropagator(w3c)), stats)...)
+		c := dial(t, addr, grpcsession.DialOptions(allowAll, grpcsession.WithPropagator(w3c))...)
+		unary(t, bound(), c)
+		svc.next(t)
+		// The server span ends after the handler returns: wait for it.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(exp.GetSpans()) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		got := reasons()
+		switch {
+		case tc.want == "" && len(got) != 0:
+			t.Errorf("an accepted session: refusal events %q", got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+			t.Errorf("refusal events %q, want one saying %q", got, tc.want)
 		}
 	}
 }

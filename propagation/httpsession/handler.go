@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
 // Option configures [Handler].
@@ -94,6 +95,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = trace.ContextWithSpan(ctx, span)
 	}
 	r = r.WithContext(ctx)
+	// The request's span, when instrumentation in front started one, says
+	// why the session was refused or stripped.
+	if span := trace.SpanFromContext(ctx); err != nil {
+		sessionevent.Refused(span, err)
+	} else if span.IsRecording() && mentionsSession(r.Header) {
+		sessionevent.StrippedIfOffered(span, baggage.FromContext(ctx), r.Header.Values("baggage"), peer)
+	}
 	if !propagation.HasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header) {
 		r.Header = r.Header.Clone()
 		for k := range r.Header {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +179,56 @@ func spanByID(spans tracetest.SpanStubs, id trace.SpanID) *tracetest.SpanStub {
 		}
 	}
 	return nil
+}
+
+// The server span says why a session was refused or stripped: an event
+// session.refused with its reason. A request that offered no session has none.
+func TestServerSpanRecordsRefusals(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	done := make(chan struct{}, 1)
+	h := otelhttp.NewHandler(httpsession.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+		httpsession.WithPropagator(w3c), httpsession.WithInbound(propagation.NewInbound(propagation.TrustNone))),
+		"server", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(w3c))
+	url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		done <- struct{}{}
+	})).URL
+	for _, tc := range []struct{ baggage, reason string }{
+		{"session.chat_id=42", "untrusted: the session carried no valid signature and the peer (http 127.0.0.1"},
+		{"session.chat_id=42,session.chat_id=43", "session member repeated"},
+		{"tenant=session", ""},
+	} {
+		exp.Reset()
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("baggage", tc.baggage)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		<-done
+		spans := exp.GetSpans()
+		if len(spans) != 1 {
+			t.Fatalf("%q: %d spans, want the server's", tc.baggage, len(spans))
+		}
+		var reasons []string
+		for _, e := range spans[0].Events {
+			for _, kv := range e.Attributes {
+				if e.Name == "session.refused" && kv.Key == "session.refusal.reason" {
+					reasons = append(reasons, kv.Value.AsString())
+				}
+			}
+		}
+		switch {
+		case tc.reason == "" && len(reasons) != 0:
+			t.Errorf("%q: no session offered, but events say %q", tc.baggage, reasons)
+		case tc.reason != "" && (len(reasons) != 1 || !strings.Contains(reasons[0], tc.reason)):
+			t.Errorf("%q: refusal events %q, want one saying %q", tc.baggage, reasons, tc.reason)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,7 +209,49 @@ func TestSpanRecordsARefusedSession(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	s := spanNamed(t, exp, "process chat.bad")
-	if len(s.Events) != 1 || s.Events[0].Name != "exception" || s.Status.Code == codes.Error {
+	if len(s.Events) != 2 || s.Events[0].Name != "exception" || s.Status.Code == codes.Error {
 		t.Errorf("events %v status %v: want one recorded error and no failed status", s.Events, s.Status)
+	}
+	checkRefusal(t, s, "session.chat_id: session member repeated")
+}
+
+// checkRefusal checks the session.refused event and its reason.
+func checkRefusal(t *testing.T, s tracetest.SpanStub, reason string) {
+	t.Helper()
+	for _, e := range s.Events {
+		if e.Name != "session.refused" {
+			continue
+		}
+		for _, kv := range e.Attributes {
+			if kv.Key == "session.refusal.reason" && strings.Contains(kv.Value.AsString(), reason) {
+				return
+			}
+		}
+		t.Errorf("span %q: session.refused event %v does not say %q", s.Name, e.Attributes, reason)
+		return
+	}
+	t.Errorf("span %q: no session.refused event (events %v)", s.Name, s.Events)
+}
+
+// A session stripped because the publisher is not trusted is recorded too;
+// a message that offered none records nothing.
+func TestSpanRecordsAStrippedSession(t *testing.T) {
+	t.Parallel()
+	tp, exp := newTracing(t)
+	sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone),
+		natssession.WithPropagator(w3c), natssession.WithTracerProvider(tp))
+	for _, m := range []*nats.Msg{
+		{Subject: "chat.untrusted", Header: nats.Header{"baggage": {"session.chat_id=42,tenant=acme"}}},
+		{Subject: "chat.none", Header: nats.Header{"baggage": {"tenant=session"}}},
+	} {
+		_, span, err := sub.Extract(context.Background(), m)
+		span.End()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkRefusal(t, spanNamed(t, exp, "process chat.untrusted"), "untrusted: the session carried no valid signature and the peer (nats chat.untrusted) is not trusted")
+	if s := spanNamed(t, exp, "process chat.none"); len(s.Events) != 0 {
+		t.Errorf("a message without a session: events %v", s.Events)
 	}
 }

@@ -11,11 +11,13 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
 // Config is a transport's configuration. Call Init after the transport's
@@ -71,7 +73,9 @@ func Produce(ctx context.Context, c *Config, tracer trace.Tracer, spanName strin
 // session is returned as an error prefixed by what, recorded on the span,
 // with a usable context whose session is Unset; what is called only then
 // (formatting it for every message would cost more than some of the policy's
-// checks). The caller ends the span.
+// checks). A refused session, or one stripped because the peer is not trusted,
+// is also recorded as a session.refused span event with its reason
+// (package sessionevent). The caller ends the span.
 func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propagation.Inbound, spanName string,
 	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, peer propagation.Peer, what func() string) (context.Context, trace.Span, error) {
 	before := trace.SpanContextFromContext(ctx)
@@ -86,6 +90,13 @@ func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propag
 	ctx, span := tracer.Start(ctx, spanName, opts...)
 	if err != nil {
 		span.RecordError(err)
+		sessionevent.Refused(span, err)
+	} else if span.IsRecording() {
+		// Only a context without a session can have had one stripped: the
+		// carrier is read again on that path alone.
+		if b := baggage.FromContext(ctx); !propagation.HasSession(b) {
+			sessionevent.StrippedIfOffered(span, b, []string{carrier.Get("baggage")}, peer)
+		}
 	}
 	return ctx, span, err
 }
