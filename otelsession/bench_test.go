@@ -10,6 +10,7 @@ package otelsession_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -40,8 +41,41 @@ func BenchmarkBind(b *testing.B) {
 	b.Logf("a full session is %d baggage members", len(members))
 
 	b.Run("sessionwire/Bind", func(b *testing.B) {
+		// The same session again: served by the bind cache.
 		b.ReportAllocs()
 		for b.Loop() {
+			sinkCtx = otelsession.Bind(bg, s)
+		}
+	})
+	b.Run("sessionwire/Bind_next_message", func(b *testing.B) {
+		// The same conversation, a new message id each time: the cache's
+		// entry with the message id member replaced.
+		ids := make([]string, 1024)
+		for i := range ids {
+			ids[i] = strconv.Itoa(1_000_000 + i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s := s
+			s.MessageID = ids[i%len(ids)]
+			i++
+			sinkCtx = otelsession.Bind(bg, s)
+		}
+	})
+	b.Run("sessionwire/Bind_first_time", func(b *testing.B) {
+		// A session never bound before: built, then cached. 65,536 chat ids
+		// in turn, so a cache of a few hundred entries never holds the next.
+		ids := make([]string, 1<<16)
+		for i := range ids {
+			ids[i] = "-100" + strconv.Itoa(1_000_000_000+i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s := s
+			s.ChatID = ids[i%len(ids)]
+			i++
 			sinkCtx = otelsession.Bind(bg, s)
 		}
 	})

@@ -29,8 +29,30 @@ import (
 // If the baggage already in ctx leaves no room for the session within the W3C
 // limits, members that are not session fields are dropped, largest first, and
 // the drop is reported the same way.
+//
+// A session bound before (the same values, the message id aside) is bound
+// from a small bounded cache: see [BindCache].
 func Bind(ctx context.Context, s Session) context.Context {
-	engaged.Store(true)
+	if !engaged.Load() {
+		engaged.Store(true)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if bindTab.Load() == nil {
+		return bindBuilt(ctx, s, nil)
+	}
+	h := sessionHash(&s)
+	if out, ok := bindCached(ctx, &s, h); ok {
+		return out
+	}
+	bindMisses.Add(1)
+	return bindBuilt(ctx, s, &h)
+}
+
+// bindBuilt is Bind without the cache's look-up: it builds the session and,
+// given the session's hash, remembers it.
+func bindBuilt(ctx context.Context, s Session, hash *uint64) context.Context {
 	e, errs, notes := bindEdit(s)
 	if len(errs) > 0 {
 		otel.Handle(fmt.Errorf("otelsession: bind: session bound as cleared: %w", errors.Join(errs...)))
@@ -39,7 +61,15 @@ func Bind(ctx context.Context, s Session) context.Context {
 	for _, n := range notes {
 		noteDisplay(n.key, n.err, "bind")
 	}
-	return e.apply(ctx, "bind")
+	if len(errs) > 0 || len(notes) > 0 || hash == nil {
+		return e.apply(ctx, "bind")
+	}
+	// apply clears e when the session does not fit; remember checks the
+	// edit as built.
+	built := e
+	out := e.apply(ctx, "bind")
+	remember(&s, *hash, &built, out)
+	return out
 }
 
 // Clear returns a copy of ctx in which every session field is Cleared (the
