@@ -166,3 +166,27 @@ func TestBindCacheMemoryBound(t *testing.T) {
 		t.Errorf("an entry holds %.0f B (typical) and %.0f B (largest); the bounds are 5 KiB (2.6 KiB without the race detector) and 13 KiB", typical, largest)
 	}
 }
+
+// TestFieldByEnvMatchesTheTable checks Getenv's name table against the
+// field table, and that names that are not fields (prefixes, other cases,
+// the empty name) find nothing.
+func TestFieldByEnvMatchesTheTable(t *testing.T) {
+	for _, s := range table {
+		if s.Field == 0 {
+			continue
+		}
+		if got := fieldByEnv(s.Env); got != s.Field {
+			t.Errorf("fieldByEnv(%q) = %v, want %v", s.Env, got, s.Field)
+		}
+		for _, not := range []string{strings.ToLower(s.Env), s.Env[:len(s.Env)-1], s.Env + "_", "X" + s.Env[1:]} {
+			if got := fieldByEnv(not); got != 0 {
+				t.Errorf("fieldByEnv(%q) = %v, want none", not, got)
+			}
+		}
+	}
+	for _, not := range []string{"", "H", "HOME", "PATH", "HERMES_"} {
+		if got := fieldByEnv(not); got != 0 {
+			t.Errorf("fieldByEnv(%q) = %v, want none", not, got)
+		}
+	}
+}
