@@ -149,10 +149,6 @@ type bindEntry struct {
 	// e is the validated edit Bind applies, its message id not filled in:
 	// what a Bind over a context with members to merge applies.
 	e edit
-	// loc is the local state Bind binds over a context that is not a
-	// delegated child; shared by every context bound from this entry (a
-	// *local in a context is never modified).
-	loc *local
 	// bound is the cheap upper bound of the encoded session members without
 	// the message id (see fit).
 	bound int
@@ -160,9 +156,14 @@ type bindEntry struct {
 	last atomic.Pointer[builtBaggage]
 }
 
+// builtBaggage is a session's baggage for one message id, and the local
+// state bound beside it over a context that is not a delegated child, which
+// records the baggage as checked. Both are shared by every context bound
+// from it (a *local in a context is never modified).
 type builtBaggage struct {
 	msgID string
 	b     baggage.Baggage
+	loc   *local
 }
 
 // bindCached binds s from the cache; ok is false when it cannot (not cached,
@@ -197,11 +198,11 @@ func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, boo
 		bindHits.Add(1)
 		return e.apply(ctx, "bind"), true
 	}
-	b, ok := ent.baggage(s.MessageID)
+	built, ok := ent.baggage(s.MessageID)
 	if !ok {
 		return ctx, false
 	}
-	loc := ent.loc
+	b, loc := built.b, built.loc
 	if old := localFrom(ctx); old != nil && old.delegated {
 		l := *loc
 		l.delegated = true
@@ -212,32 +213,35 @@ func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, boo
 }
 
 // baggage returns the entry's baggage with message id msgID.
-func (ent *bindEntry) baggage(msgID string) (baggage.Baggage, bool) {
+func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	last := ent.last.Load()
 	if last.msgID == msgID {
-		return last.b, true
+		return last, true
 	}
 	v := msgID
 	if v == "" {
 		v = ClearedValue
 	} else if _, err := ValidateValue(table[FieldMessageID-1], v); err != nil {
-		return baggage.Baggage{}, false // Bind reports it
+		return nil, false // Bind reports it
 	}
 	key := fieldKeys[FieldMessageID-1]
 	if ent.bound+len(key)+2+3*len(v) > MaxBaggageBytes {
-		return baggage.Baggage{}, false // Bind checks the exact size
+		return nil, false // Bind checks the exact size
 	}
 	m, err := baggage.NewMemberRaw(key, v)
 	if err != nil {
-		return baggage.Baggage{}, false
+		return nil, false
 	}
 	// SetMember replaces the previous message id's member.
 	b, err := last.b.SetMember(m)
 	if err != nil {
-		return baggage.Baggage{}, false
+		return nil, false
 	}
-	ent.last.Store(&builtBaggage{msgID: msgID, b: b})
-	return b, true
+	loc := *last.loc
+	loc.checked = b
+	next := &builtBaggage{msgID: msgID, b: b, loc: &loc}
+	ent.last.Store(next)
+	return next, true
 }
 
 // bindDropsAll reports whether Bind keeps none of old's members: every one
@@ -266,7 +270,7 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	}
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
-	if l == nil || l.delegated {
+	if l == nil || l.delegated || !sameBaggage(l.checked, b) {
 		return
 	}
 	// Exactly the members e sets, and within the cheap bound of fit.
@@ -295,10 +299,10 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	if b.Len() != n || bound+len(fieldKeys[FieldMessageID-1])+2+3*len(msg) > MaxBaggageBytes {
 		return
 	}
-	ent := &bindEntry{key: *s, h: h, e: *e, loc: l, bound: bound}
+	ent := &bindEntry{key: *s, h: h, e: *e, bound: bound}
 	ent.key.MessageID = ""
 	ent.e.op[FieldMessageID-1], ent.e.val[FieldMessageID-1] = opKeep, ""
-	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b})
+	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b, loc: l})
 	set := t.set(h)
 	for i := range set {
 		if set[i].CompareAndSwap(nil, ent) {

@@ -23,7 +23,8 @@ func describe(ctx context.Context) string {
 	if l == nil {
 		l = &local{}
 	}
-	return fmt.Sprintf("%s | %q %v cwd=%q delegated=%v", strings.Join(ms, ","), l.vals, l.st, l.cwd, l.delegated)
+	present, checked := checkedBaggage(ctx)
+	return fmt.Sprintf("%s | %q %v cwd=%q delegated=%v checked=%v,%v", strings.Join(ms, ","), l.vals, l.st, l.cwd, l.delegated, checked, present)
 }
 
 func internalMember(t *testing.T, k, v string) baggage.Member {

@@ -318,18 +318,24 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			}
 		}
 	}
+	var checked baggage.Baggage
+	var present bool
 	if remote {
 		old := baggage.FromContext(ctx)
-		b, err := e.baggage(old)
+		b, kept, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
 			e.clearValues(e.whole)
-			b, err = e.baggage(old)
+			b, kept, err = e.baggage(old)
 		}
 		if err != nil {
 			otel.Handle(fmt.Errorf("otelsession: %s: %w", what, err))
 		}
 		ctx = baggage.ContextWithBaggage(ctx, b)
+		if !kept && err == nil {
+			// Every session member of b is one this edit validated.
+			checked, present = b, hasMember(e)
+		}
 	}
 	if localChange {
 		var l local
@@ -355,6 +361,10 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			l.cwd = e.cwdVal
 		}
 		l.delegated = l.delegated || e.delegate
+		if remote {
+			// Recorded or forgotten: the baggage is new either way.
+			l.checked, l.checkedPresent = checked, present
+		}
 		ctx = context.WithValue(ctx, localKey{}, &l)
 	}
 	return ctx
@@ -364,7 +374,10 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 // placed first and are never dropped; members that are not session fields
 // follow in old's order and are dropped, largest first, only when the whole
 // does not fit the W3C limits.
-func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
+//
+// kept reports whether a member in the session namespace was kept from old
+// rather than set by the edit (its value then was not checked here).
+func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err error) {
 	// Room for what can be kept of old, what is set, and the async member:
 	// Reset and Clear keep none of the session, and run for every session
 	// an outbound policy withholds.
@@ -389,6 +402,7 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 			// Rebuilt without properties: session members carry none.
 			if m := old.Member(key); m.Key() != "" {
 				add(key, m.Value())
+				kept = true
 			}
 		case opSet:
 			v := e.val[i]
@@ -402,6 +416,7 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 	case opKeep:
 		if m := old.Member(AsyncDeliveryKey); m.Key() != "" {
 			add(AsyncDeliveryKey, m.Value())
+			kept = true
 		}
 	case opSet:
 		add(AsyncDeliveryKey, "0")
@@ -414,12 +429,23 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 			}
 		}
 	}
-	members, err := fit(members, nSession)
+	members, err = fit(members, nSession)
 	if err != nil && errors.Is(err, ErrSessionTooLarge) {
-		return old, err
+		return old, kept, err
 	}
 	b, newErr := baggage.New(members...)
-	return b, errors.Join(err, newErr)
+	return b, kept, errors.Join(err, newErr)
+}
+
+// hasMember reports whether the baggage e builds holds a session member of
+// its own: a field or the async capability it sets.
+func hasMember(e *edit) bool {
+	for _, f := range remoteFields {
+		if e.op[f-1] == opSet {
+			return true
+		}
+	}
+	return e.async == opSet
 }
 
 // fit drops members after the first nSession until the list fits the W3C
