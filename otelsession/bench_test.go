@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -42,6 +43,7 @@ func BenchmarkBind(b *testing.B) {
 
 	b.Run("sessionwire/Bind", func(b *testing.B) {
 		// The same session again: served by the bind cache.
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Bind(bg, s)
@@ -54,6 +56,7 @@ func BenchmarkBind(b *testing.B) {
 		for i := range ids {
 			ids[i] = strconv.Itoa(1_000_000 + i)
 		}
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -70,6 +73,7 @@ func BenchmarkBind(b *testing.B) {
 		for i := range ids {
 			ids[i] = "-100" + strconv.Itoa(1_000_000_000+i)
 		}
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -87,12 +91,14 @@ func BenchmarkBind(b *testing.B) {
 		}
 		fb, _ := baggage.New(foreign...)
 		ctx := baggage.ContextWithBaggage(bg, fb)
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Bind(ctx, s)
 		}
 	})
 	b.Run("baseline/baggage.New_prebuilt", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			bag, _ := baggage.New(members...)
@@ -100,6 +106,7 @@ func BenchmarkBind(b *testing.B) {
 		}
 	})
 	b.Run("baseline/sequential_SetMember", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			var bag baggage.Baggage
@@ -111,6 +118,7 @@ func BenchmarkBind(b *testing.B) {
 	})
 	b.Run("baseline/context.WithValue_struct", func(b *testing.B) {
 		type key struct{}
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = context.WithValue(bg, key{}, s)
@@ -125,18 +133,21 @@ func BenchmarkLookup(b *testing.B) {
 	key := otelsession.FieldThreadID.Key()
 
 	b.Run("sessionwire/Lookup", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldThreadID)
 		}
 	})
 	b.Run("sessionwire/Lookup_local_field", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldUISessionID)
 		}
 	})
 	b.Run("sessionwire/Getenv", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = otelsession.Getenv(ctx, "HERMES_SESSION_THREAD_ID", "")
@@ -144,12 +155,14 @@ func BenchmarkLookup(b *testing.B) {
 	})
 	b.Run("sessionwire/Getenv_unset_fallback", func(b *testing.B) {
 		reset := otelsession.Reset(ctx)
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = otelsession.Getenv(reset, "HERMES_SESSION_THREAD_ID", "")
 		}
 	})
 	b.Run("baseline/baggage_Member_Value", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = baggage.FromContext(ctx).Member(key).Value()
@@ -160,24 +173,28 @@ func BenchmarkLookup(b *testing.B) {
 func BenchmarkSnapshotAndReset(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), fullSession())
 	b.Run("sessionwire/FromContext", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkSess = otelsession.FromContext(ctx)
 		}
 	})
 	b.Run("sessionwire/Reset", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Reset(ctx)
 		}
 	})
 	b.Run("sessionwire/Clear", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Clear(ctx)
 		}
 	})
 	b.Run("sessionwire/With", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "c")

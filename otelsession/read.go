@@ -184,6 +184,33 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 	}
 }
 
+// RangeFields is [Range] over the listed fields only, in the order given: it
+// reads the context once and looks up nothing else, so visiting a few fields
+// of a large session costs a few look-ups (the span processor's default set
+// does). Invalid fields are skipped.
+func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value string, st State) bool) {
+	b := baggage.FromContext(ctx)
+	l := localFrom(ctx)
+	n := b.Len()
+	for _, f := range fields {
+		if !f.Valid() {
+			continue
+		}
+		var v string
+		var st State
+		if j := localIndex[f-1]; j >= 0 {
+			if l != nil {
+				v, st = l.vals[j], l.st[j]
+			}
+		} else if n > 0 {
+			v, st = memberState(b.Member(fieldKeys[f-1]))
+		}
+		if !fn(f, v, st) {
+			return
+		}
+	}
+}
+
 // envSlots is an open-addressing table of the fields by legacy name: Getenv
 // sits on hot paths, and three bytes and the length find a name here faster
 // than a map hashes all of it (Getenv within 10% of a bare baggage read).

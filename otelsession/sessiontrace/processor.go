@@ -10,10 +10,13 @@ import (
 )
 
 // SpanProcessor copies the session of a span's parent context onto the span
-// when it starts. Register it with sdktrace.WithSpanProcessor beside the
-// exporting processor. It is safe for concurrent use.
+// when it starts: the fields of [Redaction.SpanFields], by default
+// [DefaultSpanFields] with the user id hashed (dropped without a hash key).
+// Register it with sdktrace.WithSpanProcessor beside the exporting
+// processor. It is safe for concurrent use.
 type SpanProcessor struct {
-	r *redactor
+	r      *redactor
+	fields []otelsession.Field
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -21,13 +24,22 @@ var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 // NewSpanProcessor returns a processor applying r (the zero Redaction gives
 // the defaults).
 func NewSpanProcessor(r Redaction) *SpanProcessor {
-	return &SpanProcessor{r: newRedactor(r)}
+	fields := r.SpanFields
+	if fields == nil {
+		fields = DefaultSpanFields()
+	} else {
+		fields = append([]otelsession.Field(nil), fields...)
+	}
+	// A user id on every span is personal data in every trace store: spans
+	// correlate it by its keyed hash unless r.Actions says otherwise.
+	return &SpanProcessor{r: newRedactor(r, map[otelsession.Field]Action{otelsession.FieldUserID: Hash}), fields: fields}
 }
 
 // OnStart adds the session attributes.
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
 	var buf [24]attribute.KeyValue
-	attrs := p.r.attributes(parent, buf[:0])
+	attrs := buf[:0]
+	p.r.visitFields(parent, p.fields, func(f otelsession.Field, v string) { attrs = append(attrs, keys[f].String(v)) })
 	if len(attrs) > 0 {
 		s.SetAttributes(attrs...)
 	}

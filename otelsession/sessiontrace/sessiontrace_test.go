@@ -45,10 +45,14 @@ func startSpan(t *testing.T, r sessiontrace.Redaction, ctx context.Context) map[
 	return got
 }
 
+// all records every field on spans, as before the default narrowed to the
+// routing identity.
+var all = otelsession.Fields()
+
 func TestSpanProcessorAttributes(t *testing.T) {
 	t.Parallel()
 	ctx := otelsession.Bind(context.Background(), session())
-	got := startSpan(t, sessiontrace.Redaction{}, ctx)
+	got := startSpan(t, sessiontrace.Redaction{SpanFields: all}, ctx)
 
 	assert.Equal(t, "telegram", got["session.platform"])
 	assert.Equal(t, "-100123", got["session.chat_id"])
@@ -62,10 +66,35 @@ func TestSpanProcessorAttributes(t *testing.T) {
 	assert.False(t, ok, "no hash key: the user name is dropped by default")
 	_, ok = got["session.browser_control_principal"]
 	assert.False(t, ok)
+	_, ok = got["session.user_id"]
+	assert.False(t, ok, "no hash key: the user id is dropped from spans by default")
 	for k, v := range got {
 		assert.NotContains(t, v, "\x00", "%s carries the wire marker", k)
 		assert.NotContains(t, v, "Alice", k)
 	}
+}
+
+// By default a span carries the routing identity and the user id hashed,
+// nothing else; a Cleared field of the set is still recorded.
+func TestSpanProcessorDefaultFields(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.Bind(context.Background(), session())
+	got := startSpan(t, sessiontrace.Redaction{HashKey: []byte("test-key-0123456789")}, ctx)
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, string(k))
+	}
+	assert.ElementsMatch(t, []string{"session.platform", "session.chat_id", "session.thread_id", "session.message_id", "session.user_id"}, keys)
+	assert.Equal(t, "881", got["session.message_id"])
+	assert.Equal(t, "", got["session.thread_id"], "Cleared")
+	assert.True(t, strings.HasPrefix(got["session.user_id"], "hmac:"), "user id hashed: %q", got["session.user_id"])
+
+	// What SpanFields names is recorded, and Actions still decide how.
+	got = startSpan(t, sessiontrace.Redaction{
+		SpanFields: []otelsession.Field{otelsession.FieldChatID, otelsession.FieldUserID},
+		Actions:    map[otelsession.Field]sessiontrace.Action{otelsession.FieldUserID: sessiontrace.Copy},
+	}, ctx)
+	assert.Equal(t, map[attribute.Key]string{"session.chat_id": "-100123", "session.user_id": "55"}, got)
 }
 
 func TestSpanWithoutSession(t *testing.T) {
@@ -82,13 +111,13 @@ func TestRedaction(t *testing.T) {
 		r     sessiontrace.Redaction
 		check func(t *testing.T, got map[attribute.Key]string)
 	}{
-		{"hash with a key", sessiontrace.Redaction{HashKey: key}, func(t *testing.T, got map[attribute.Key]string) {
+		{"hash with a key", sessiontrace.Redaction{HashKey: key, SpanFields: all}, func(t *testing.T, got map[attribute.Key]string) {
 			assert.True(t, strings.HasPrefix(got["session.user_name"], "hmac:"))
 			assert.Len(t, got["session.user_name"], len("hmac:")+32)
 			assert.True(t, strings.HasPrefix(got["session.browser_control_principal"], "hmac:"))
 			assert.NotEqual(t, got["session.user_name"], got["session.browser_control_principal"])
 		}},
-		{"copy overrides the default", sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+		{"copy overrides the default", sessiontrace.Redaction{SpanFields: all, Actions: map[otelsession.Field]sessiontrace.Action{
 			otelsession.FieldUserName: sessiontrace.Copy,
 		}}, func(t *testing.T, got map[attribute.Key]string) {
 			assert.Equal(t, "Alice Example", got["session.user_name"])
@@ -107,9 +136,9 @@ func TestRedaction(t *testing.T) {
 	}
 
 	// Keyed: the same name correlates under one key and differs under another.
-	a := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
-	b := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
-	c := startSpan(t, sessiontrace.Redaction{HashKey: []byte("another-key")}, ctx)["session.user_name"]
+	a := startSpan(t, sessiontrace.Redaction{HashKey: key, SpanFields: all}, ctx)["session.user_name"]
+	b := startSpan(t, sessiontrace.Redaction{HashKey: key, SpanFields: all}, ctx)["session.user_name"]
+	c := startSpan(t, sessiontrace.Redaction{HashKey: []byte("another-key"), SpanFields: all}, ctx)["session.user_name"]
 	assert.Equal(t, a, b)
 	assert.NotEqual(t, a, c)
 }
