@@ -37,7 +37,7 @@ import (
 // pkgs are the packages measured and the benchmarks run in each.
 var pkgs = []struct{ dir, bench string }{
 	{"otelsession", "^Benchmark(Bind|Lookup|SnapshotAndReset)$"},
-	{"otelsession/sessiontrace", "^BenchmarkSpanStart$"},
+	{"otelsession/sessiontrace", "^Benchmark(SpanStart|LogRecord|OTelLogRecord)$"},
 	{"propagation", "^Benchmark(OutboundInject|Signature)$"},
 	{"propagation/httpsession", "."},
 	{"propagation/natssession", "."},
@@ -107,12 +107,27 @@ var tables = []table{
 		{"child environment: `execsession.Environ`", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw"},
 		{"child environment, signed", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw"},
 	}},
+	{id: "signing", baseHeader: "stock `propagation.Baggage{}.Extract`", compare: delta, rows: []row{
+		{"stock `propagation.Baggage{}.Extract` (baseline)", "propagation", "BenchmarkSignature/otel/Extract", ""},
+		{"`Inbound.Extract`, trusted peer, unsigned", "propagation", "BenchmarkSignature/Extract/unsigned", "BenchmarkSignature/otel/Extract"},
+		{"`Inbound.Extract`, trusted peer, signature carried, not checked", "propagation", "BenchmarkSignature/Extract/signed,unverified", "BenchmarkSignature/otel/Extract"},
+		{"`Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract"},
+		{"`Verifier.Verify` alone (reads the members itself)", "propagation", "BenchmarkSignature/Verify", ""},
+		{"`otelsession.Bind` (what a gateway does just before signing; cached)", "propagation", "BenchmarkSignature/Bind", ""},
+		{"`Signer.Sign`", "propagation", "BenchmarkSignature/Sign", ""},
+	}},
 	{id: "spans", baseHeader: "span without attributes", compare: delta, rows: []row{
 		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
 		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… with `SpanProcessor`, default fields, no hash key", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_no_key", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… with `SpanProcessor`, every field (`SpanFields: otelsession.Fields()`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_all_fields", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… the same 20 attributes given at start (the SDK's own cost)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/same_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+	}},
+	{id: "logs", baseHeader: "the same record without the session", compare: delta, rows: []row{
+		{"`slog` JSON record (baseline)", "otelsession/sessiontrace", "BenchmarkLogRecord/baseline/json_handler", ""},
+		{"`slog` JSON record through `LogHandler`, every field", "otelsession/sessiontrace", "BenchmarkLogRecord/sessiontrace/log_handler", "BenchmarkLogRecord/baseline/json_handler"},
+		{"OTel log record (baseline)", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/baseline/no_session_processor", ""},
+		{"OTel log record with `LogProcessor`, every field", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/sessiontrace/log_processor", "BenchmarkOTelLogRecord/baseline/no_session_processor"},
 	}},
 }
 
