@@ -15,8 +15,7 @@ import (
 //
 // An entry is keyed by the whole Session except its MessageID (the reply
 // anchor changes on every message of a conversation, the rest does not). It
-// holds the validated edit, the local state, and the last baggage built for
-// it; a Bind with another message id derives its baggage from that one with a
+// holds the last baggage built for it and the local state beside it; a Bind with another message id derives its baggage from that one with a
 // single SetMember, which OpenTelemetry does as one map copy instead of the
 // re-encoding of every member that baggage.New does.
 //
@@ -24,13 +23,15 @@ import (
 // value cut or dropped (those are reported on every Bind, and an over-long
 // value must not be kept alive by the cache), and members that fit the W3C
 // limits by the cheap bound. So every cached string is within its key's
-// limit, and an entry holds at most what one valid session holds.
+// limit, and an entry holds at most what one valid session holds. A context
+// whose baggage holds members Bind keeps (the application's, the cron
+// fields) is bound without the cache.
 //
 // Memory: at most the cache's capacity in entries (512 by default, see
-// [SetBindCacheSize]). An entry holds about 2.6 KiB for a full session of
-// typical values and at most about 12 KiB for the largest session the cache
+// [SetBindCacheSize]). An entry holds about 2.1 KiB for a full session of
+// typical values and at most about 11 KiB for the largest session the cache
 // keeps (values filling the W3C byte limit, a 4 KiB working directory), as
-// TestBindCacheMemoryBound measures: about 1.3 MiB typical, 6 MiB at worst by
+// TestBindCacheMemoryBound measures: about 1.1 MiB typical, 5.5 MiB at worst by
 // default. The cache is 4-way set associative; a new session takes a free
 // slot of its set or evicts one of the four.
 
@@ -38,7 +39,8 @@ import (
 type BindCacheStats struct {
 	// Hits counts Binds served from the cache (the same session, perhaps
 	// with another message id); Misses counts Binds that built their session
-	// (a first time, or a session the cache does not keep).
+	// (a first time, a session the cache does not keep, or a context with
+	// baggage members of its own to merge).
 	Hits, Misses uint64
 	// Entries is the number of sessions held; Capacity the most it holds.
 	Entries, Capacity int
@@ -146,9 +148,6 @@ type bindEntry struct {
 	// key is the session, its message id aside; h is its hash.
 	key Session
 	h   uint64
-	// e is the validated edit Bind applies, its message id not filled in:
-	// what a Bind over a context with members to merge applies.
-	e edit
 	// bound is the cheap upper bound of the encoded session members without
 	// the message id (see fit).
 	bound int
@@ -183,20 +182,11 @@ func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, boo
 	if ent == nil {
 		return ctx, false
 	}
-	old := baggage.FromContext(ctx)
-	if old.Len() > 0 && !bindDropsAll(old) {
-		// The context's own members must be merged: apply the validated
-		// edit, which does it exactly as an uncached Bind would.
-		v := s.MessageID
-		if v != "" {
-			if _, err := ValidateValue(table[FieldMessageID-1], v); err != nil {
-				return ctx, false // Bind reports it
-			}
-		}
-		e := ent.e
-		e.op[FieldMessageID-1], e.val[FieldMessageID-1] = opSet, v
-		bindHits.Add(1)
-		return e.apply(ctx, "bind"), true
+	if old := baggage.FromContext(ctx); old.Len() > 0 && !bindDropsAll(old) {
+		// The context's own members must be merged: Bind builds the session
+		// again, exactly as without the cache (a rare case: a handler's
+		// context normally starts from Reset).
+		return ctx, false
 	}
 	built, ok := ent.baggage(s.MessageID)
 	if !ok {
@@ -299,9 +289,8 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	if b.Len() != n || bound+len(fieldKeys[FieldMessageID-1])+2+3*len(msg) > MaxBaggageBytes {
 		return
 	}
-	ent := &bindEntry{key: *s, h: h, e: *e, bound: bound}
+	ent := &bindEntry{key: *s, h: h, bound: bound}
 	ent.key.MessageID = ""
-	ent.e.op[FieldMessageID-1], ent.e.val[FieldMessageID-1] = opKeep, ""
 	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b, loc: l})
 	set := t.set(h)
 	for i := range set {

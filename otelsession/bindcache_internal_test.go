@@ -164,7 +164,7 @@ func TestBindCacheMemoryBound(t *testing.T) {
 	})
 	t.Logf("bytes per cached entry: typical full session %.0f, largest cached session %.0f", typical, largest)
 	if typical > 5*1024 || largest > 13*1024 {
-		t.Errorf("an entry holds %.0f B (typical) and %.0f B (largest); the bounds are 5 KiB (2.6 KiB without the race detector) and 13 KiB", typical, largest)
+		t.Errorf("an entry holds %.0f B (typical) and %.0f B (largest); the bounds are 5 KiB (2.1 KiB without the race detector) and 13 KiB", typical, largest)
 	}
 }
 
