@@ -163,6 +163,7 @@ type builtBaggage struct {
 	msgID string
 	b     baggage.Baggage
 	loc   *local
+	own   local // where loc points for a message id after the first: one allocation for both
 }
 
 // bindCached binds s from the cache; ok is false when it cannot (not cached,
@@ -227,9 +228,9 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	if err != nil {
 		return nil, false
 	}
-	loc := *last.loc
-	loc.checked = b
-	next := &builtBaggage{msgID: msgID, b: b, loc: &loc}
+	next := &builtBaggage{msgID: msgID, b: b, own: *last.loc}
+	next.own.checked = b
+	next.loc = &next.own
 	ent.last.Store(next)
 	return next, true
 }
