@@ -191,3 +191,30 @@ func TestFieldByEnvMatchesTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckedBaggage checks the record outbound policies rely on: a context
+// Bind built is known to be checked, without allocating, until any code
+// replaces its baggage; a writer that keeps members it did not check does
+// not claim it.
+func TestCheckedBaggage(t *testing.T) {
+	ctx := Bind(context.Background(), Session{Platform: "telegram", ChatID: "c-checked"})
+	if present, ok := checkedBaggage(ctx); !ok || !present {
+		t.Fatalf("a bound context: checked %v, present %v", ok, present)
+	}
+	if n := testing.AllocsPerRun(100, func() { checkedBaggage(ctx) }); n != 0 {
+		t.Errorf("checkedBaggage allocates %.1f times", n)
+	}
+	b, _ := baggage.FromContext(ctx).SetMember(internalMember(t, "tenant", "acme"))
+	if _, ok := checkedBaggage(baggage.ContextWithBaggage(ctx, b)); ok {
+		t.Error("a baggage replaced after Bind is still claimed checked")
+	}
+	if _, ok := checkedBaggage(With(ctx, FieldCronAutoDeliverChatID, "x")); ok {
+		t.Error("With rebuilt the baggage but the record still claims it")
+	}
+	if present, ok := checkedBaggage(Reset(baggage.ContextWithBaggage(ctx, b))); !ok || present {
+		t.Errorf("Reset over a member of the application: checked %v, present %v", ok, present)
+	}
+	if !mapIdentity {
+		t.Error("baggage.Baggage is no longer a single map: the outbound fast path is off")
+	}
+}
