@@ -37,8 +37,9 @@ func NewSpanProcessor(r Redaction) *SpanProcessor {
 
 // OnStart adds the session attributes.
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
-	var buf [24]attribute.KeyValue
-	attrs := buf[:0]
+	// The slice escapes through SetAttributes (an interface call), so it is
+	// sized for the fields recorded rather than kept on the stack.
+	attrs := make([]attribute.KeyValue, 0, len(p.fields))
 	p.r.visitFields(parent, p.fields, func(f otelsession.Field, v string) { attrs = append(attrs, keys[f].String(v)) })
 	if len(attrs) > 0 {
 		s.SetAttributes(attrs...)
