@@ -378,14 +378,32 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 // kept reports whether a member in the session namespace was kept from old
 // rather than set by the edit (its value then was not checked here).
 func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err error) {
-	// Room for what can be kept of old, what is set, and the async member:
-	// Reset and Clear keep none of the session, and run for every session
-	// an outbound policy withholds.
-	n := old.Len() + 1
+	// Room for what is set and what can be kept of old: Reset and Clear
+	// keep none of the session, and Reset runs for every session an
+	// outbound policy withholds, so room is not made for members that go.
+	n := 0
 	for _, f := range remoteFields {
 		if e.op[f-1] == opSet {
 			n++
 		}
+	}
+	if e.async == opSet {
+		n++
+	}
+	var oldMembers []baggage.Member
+	if old.Len() > 0 {
+		oldMembers = old.Members()
+		for _, m := range oldMembers {
+			k := m.Key()
+			if !OwnedKey(k) {
+				n++
+			} else if s := specByKey[k]; s != nil && (s.Field != 0 && e.op[s.Field-1] == opKeep || s.Key == AsyncDeliveryKey && e.async == opKeep) {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return baggage.Baggage{}, false, nil
 	}
 	members := make([]baggage.Member, 0, n)
 	add := func(key, value string) {
@@ -422,11 +440,9 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err e
 		add(AsyncDeliveryKey, "0")
 	}
 	nSession := len(members)
-	if old.Len() > 0 {
-		for _, m := range old.Members() {
-			if !OwnedKey(m.Key()) {
-				members = append(members, m)
-			}
+	for _, m := range oldMembers {
+		if !OwnedKey(m.Key()) {
+			members = append(members, m)
 		}
 	}
 	members, err = fit(members, nSession)
