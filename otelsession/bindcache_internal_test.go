@@ -208,8 +208,12 @@ func TestCheckedBaggage(t *testing.T) {
 	if _, ok := checkedBaggage(baggage.ContextWithBaggage(ctx, b)); ok {
 		t.Error("a baggage replaced after Bind is still claimed checked")
 	}
-	if _, ok := checkedBaggage(With(ctx, FieldCronAutoDeliverChatID, "x")); ok {
-		t.Error("With rebuilt the baggage but the record still claims it")
+	if present, ok := checkedBaggage(With(ctx, FieldCronAutoDeliverChatID, "x")); !ok || !present {
+		t.Errorf("With over a checked session, all of it checked: checked %v, present %v", ok, present)
+	}
+	bad, _ := baggage.FromContext(ctx).SetMember(internalMember(t, "session.thread_id", "1\n2"))
+	if _, ok := checkedBaggage(With(baggage.ContextWithBaggage(ctx, bad), FieldCronAutoDeliverChatID, "x")); ok {
+		t.Error("With kept a member nobody checked, and claims the baggage checked")
 	}
 	if present, ok := checkedBaggage(Reset(baggage.ContextWithBaggage(ctx, b))); !ok || present {
 		t.Errorf("Reset over a member of the application: checked %v, present %v", ok, present)

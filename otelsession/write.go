@@ -322,6 +322,8 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 	var present bool
 	if remote {
 		old := baggage.FromContext(ctx)
+		oldLocal := localFrom(ctx)
+		oldChecked := oldLocal != nil && sameBaggage(old, oldLocal.checked)
 		b, kept, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
@@ -332,9 +334,14 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			otel.Handle(fmt.Errorf("otelsession: %s: %w", what, err))
 		}
 		ctx = baggage.ContextWithBaggage(ctx, b)
-		if !kept && err == nil {
-			// Every session member of b is one this edit validated.
-			checked, present = b, hasMember(e)
+		if (!kept || oldChecked) && err == nil {
+			// Every session member of b is one this edit validated, or one
+			// kept from a baggage a writer had checked.
+			checked, present = b, kept || hasMember(e)
+			// Record it even when the edit changes nothing local (With on a
+			// remote field over a bound session): a copy of the local state
+			// spares every outbound policy a second reading.
+			localChange = localChange || oldChecked
 		}
 	}
 	if localChange {
