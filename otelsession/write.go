@@ -420,13 +420,22 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err e
 			members = append(members, m)
 		}
 	}
+	addField := func(f Field, value string) {
+		if value == ClearedValue {
+			// Most sessions leave several fields Cleared: their members are
+			// built once.
+			members = append(members, clearedMembers[f-1])
+			return
+		}
+		add(fieldKeys[f-1], value)
+	}
 	for _, f := range remoteFields {
 		i, key := f-1, fieldKeys[f-1]
 		switch e.op[i] {
 		case opKeep:
 			// Rebuilt without properties: session members carry none.
 			if m := old.Member(key); m.Key() != "" {
-				add(key, m.Value())
+				addField(f, m.Value())
 				kept = true
 			}
 		case opSet:
@@ -434,7 +443,7 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err e
 			if v == "" {
 				v = ClearedValue
 			}
-			add(key, v)
+			addField(f, v)
 		}
 	}
 	switch e.async {
@@ -459,6 +468,24 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err e
 	b, newErr := baggage.New(members...)
 	return b, kept, errors.Join(err, newErr)
 }
+
+// clearedMembers holds each remote field's Cleared member, indexed by
+// Field-1 (the zero Member for local fields, never used).
+// Built from table itself, which package initialization orders before it
+// (remoteFields and fieldKeys are filled later, by init).
+var clearedMembers = func() (ms [numFields]baggage.Member) {
+	for _, s := range table {
+		if s.Field == 0 || !s.Baggage() {
+			continue
+		}
+		m, err := baggage.NewMemberRaw(s.Key, ClearedValue)
+		if err != nil {
+			panic("otelsession: the Cleared member of " + s.Key + ": " + err.Error())
+		}
+		ms[s.Field-1] = m
+	}
+	return ms
+}()
 
 // hasMember reports whether the baggage e builds holds a session member of
 // its own: a field or the async capability it sets.
