@@ -120,8 +120,6 @@
 // checked, so that an outbound policy ([propagation.Outbound]) need not read
 // them back while the context's baggage is still that map.
 //
-// [propagation.Outbound]: https://pkg.go.dev/github.com/sessionwire/sessionwire/propagation#Outbound
-//
 // # Limits and refused values
 //
 // The session shares the W3C limits (64 members, 8192 bytes) with the
@@ -149,4 +147,6 @@
 // [ErrInvalidValue], [ErrValueTooLong], [ErrSessionTooLarge] or
 // [ErrForeignMembersDropped]; errors name fields, never values. To refuse bad
 // input before binding it, call [Session.Validate].
+//
+// [propagation.Outbound]: https://pkg.go.dev/github.com/sessionwire/sessionwire/propagation#Outbound
 package otelsession
