@@ -10,10 +10,12 @@ package otelsession_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -40,8 +42,44 @@ func BenchmarkBind(b *testing.B) {
 	b.Logf("a full session is %d baggage members", len(members))
 
 	b.Run("sessionwire/Bind", func(b *testing.B) {
+		// The same session again: served by the bind cache.
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
+			sinkCtx = otelsession.Bind(bg, s)
+		}
+	})
+	b.Run("sessionwire/Bind_next_message", func(b *testing.B) {
+		// The same conversation, a new message id each time: the cache's
+		// entry with the message id member replaced.
+		ids := make([]string, 1024)
+		for i := range ids {
+			ids[i] = strconv.Itoa(1_000_000 + i)
+		}
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s := s
+			s.MessageID = ids[i%len(ids)]
+			i++
+			sinkCtx = otelsession.Bind(bg, s)
+		}
+	})
+	b.Run("sessionwire/Bind_first_time", func(b *testing.B) {
+		// A session never bound before: built, then cached. 65,536 chat ids
+		// in turn, so a cache of a few hundred entries never holds the next.
+		ids := make([]string, 1<<16)
+		for i := range ids {
+			ids[i] = "-100" + strconv.Itoa(1_000_000_000+i)
+		}
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s := s
+			s.ChatID = ids[i%len(ids)]
+			i++
 			sinkCtx = otelsession.Bind(bg, s)
 		}
 	})
@@ -53,12 +91,14 @@ func BenchmarkBind(b *testing.B) {
 		}
 		fb, _ := baggage.New(foreign...)
 		ctx := baggage.ContextWithBaggage(bg, fb)
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Bind(ctx, s)
 		}
 	})
 	b.Run("baseline/baggage.New_prebuilt", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			bag, _ := baggage.New(members...)
@@ -66,6 +106,7 @@ func BenchmarkBind(b *testing.B) {
 		}
 	})
 	b.Run("baseline/sequential_SetMember", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			var bag baggage.Baggage
@@ -77,6 +118,7 @@ func BenchmarkBind(b *testing.B) {
 	})
 	b.Run("baseline/context.WithValue_struct", func(b *testing.B) {
 		type key struct{}
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = context.WithValue(bg, key{}, s)
@@ -91,18 +133,21 @@ func BenchmarkLookup(b *testing.B) {
 	key := otelsession.FieldThreadID.Key()
 
 	b.Run("sessionwire/Lookup", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldThreadID)
 		}
 	})
 	b.Run("sessionwire/Lookup_local_field", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr, sinkState = otelsession.Lookup(ctx, otelsession.FieldUISessionID)
 		}
 	})
 	b.Run("sessionwire/Getenv", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = otelsession.Getenv(ctx, "HERMES_SESSION_THREAD_ID", "")
@@ -110,12 +155,14 @@ func BenchmarkLookup(b *testing.B) {
 	})
 	b.Run("sessionwire/Getenv_unset_fallback", func(b *testing.B) {
 		reset := otelsession.Reset(ctx)
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = otelsession.Getenv(reset, "HERMES_SESSION_THREAD_ID", "")
 		}
 	})
 	b.Run("baseline/baggage_Member_Value", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkStr = baggage.FromContext(ctx).Member(key).Value()
@@ -126,24 +173,28 @@ func BenchmarkLookup(b *testing.B) {
 func BenchmarkSnapshotAndReset(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), fullSession())
 	b.Run("sessionwire/FromContext", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkSess = otelsession.FromContext(ctx)
 		}
 	})
 	b.Run("sessionwire/Reset", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Reset(ctx)
 		}
 	})
 	b.Run("sessionwire/Clear", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.Clear(ctx)
 		}
 	})
 	b.Run("sessionwire/With", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkCtx = otelsession.With(ctx, otelsession.FieldCronAutoDeliverChatID, "c")

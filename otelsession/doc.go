@@ -106,9 +106,19 @@
 //
 // The context's baggage is the truth for remote fields: baggage built by any
 // code (a stock propagator, baggage.ContextWithBaggage) reads back through
-// Lookup; nothing is cached beside it. Members outside the session namespace
-// pass through Bind, Clear and Reset untouched, and the session's own members
-// are written in one pass (one baggage.New, never one map copy per field).
+// Lookup; nothing read is cached beside it. Members outside the session
+// namespace pass through Bind, Clear and Reset untouched, and the session's
+// own members are written in one pass (one baggage.New, never one map copy
+// per field).
+//
+// What is cached is what Bind writes: a small bounded cache ([BindCache],
+// [SetBindCacheSize]) hands the baggage and local state built for a session
+// to the next Bind of the same session (its message id may differ: that one
+// member is replaced with one map copy). Baggage values are immutable, so the
+// sharing is safe; only sessions Bind accepts whole are kept. Beside the
+// local state, a writer also records the baggage map it built from values it
+// checked, so that an outbound policy ([propagation.Outbound]) need not read
+// them back while the context's baggage is still that map.
 //
 // # Limits and refused values
 //
@@ -137,4 +147,6 @@
 // [ErrInvalidValue], [ErrValueTooLong], [ErrSessionTooLarge] or
 // [ErrForeignMembersDropped]; errors name fields, never values. To refuse bad
 // input before binding it, call [Session.Validate].
+//
+// [propagation.Outbound]: https://pkg.go.dev/github.com/sessionwire/sessionwire/propagation#Outbound
 package otelsession

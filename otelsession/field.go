@@ -278,9 +278,8 @@ var table = func() []Spec {
 
 // Derived once from table; read-only afterwards.
 var (
-	fieldByName = make(map[string]Field, numFields)
-	specByKey   = make(map[string]*Spec, len(table))
-	allFields   = make([]Field, 0, numFields)
+	specByKey = make(map[string]*Spec, len(table))
+	allFields = make([]Field, 0, numFields)
 	// remoteFields lists the fields that are baggage members, in Field order.
 	remoteFields []Field
 	// fieldKeys holds each field's key, indexed by Field-1.
@@ -298,7 +297,6 @@ func init() {
 			continue
 		}
 		fieldKeys[s.Field-1] = s.Key
-		fieldByName[s.Env] = s.Field
 		allFields = append(allFields, s.Field)
 		if s.Baggage() {
 			remoteFields = append(remoteFields, s.Field)
@@ -366,8 +364,8 @@ func Fields() []Field {
 // FieldByName returns the field whose legacy environment name is name, such as
 // "HERMES_SESSION_CHAT_ID".
 func FieldByName(name string) (Field, bool) {
-	f, ok := fieldByName[name]
-	return f, ok
+	f := fieldByEnv(name)
+	return f, f != 0
 }
 
 // FieldByKey returns the field whose key is key, such as "session.chat_id".

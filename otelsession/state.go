@@ -2,7 +2,12 @@ package otelsession
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 )
 
 // State is the state of one field in a context.
@@ -59,6 +64,14 @@ type local struct {
 	st        [numLocal]State
 	cwd       string
 	delegated bool
+	// checked is the baggage the writer that wrote this local state built
+	// from values it validated, nothing of the session kept unchecked from
+	// the context before it (nil map: none). While the context's baggage is
+	// this very map (baggage maps are immutable), outbound policies need not
+	// check it again; once any code replaces the baggage, it is not.
+	checked baggage.Baggage
+	// checkedPresent is whether checked holds any session member.
+	checkedPresent bool
 }
 
 type localKey struct{}
@@ -87,3 +100,32 @@ func init() {
 		panic("otelsession: numLocal does not match the field table")
 	}
 }
+
+// checkedBaggage reports whether ctx's baggage is the one its local state
+// records as checked, and whether it holds a session member.
+func checkedBaggage(ctx context.Context) (present, ok bool) {
+	l := localFrom(ctx)
+	if l == nil || !sameBaggage(baggage.FromContext(ctx), l.checked) {
+		return false, false
+	}
+	return l.checkedPresent, true
+}
+
+// sameBaggage reports whether a and b share one map. baggage.Baggage hides
+// its map and has no identity method; reflect reads the map's address
+// without touching its contents. Should the type ever stop being a single
+// map, mapIdentity is false and nothing is ever known to be checked.
+func sameBaggage(a, b baggage.Baggage) bool {
+	if !mapIdentity {
+		return false
+	}
+	pa := reflect.ValueOf(a).Field(0).Pointer()
+	return pa != 0 && pa == reflect.ValueOf(b).Field(0).Pointer()
+}
+
+var mapIdentity = func() bool {
+	t := reflect.TypeFor[baggage.Baggage]()
+	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
+}()
+
+func init() { sessionstate.Checked = checkedBaggage }

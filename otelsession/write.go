@@ -29,8 +29,30 @@ import (
 // If the baggage already in ctx leaves no room for the session within the W3C
 // limits, members that are not session fields are dropped, largest first, and
 // the drop is reported the same way.
+//
+// A session bound before (the same values, the message id aside) is bound
+// from a small bounded cache: see [BindCache].
 func Bind(ctx context.Context, s Session) context.Context {
-	engaged.Store(true)
+	if !engaged.Load() {
+		engaged.Store(true)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if bindTab.Load() == nil {
+		return bindBuilt(ctx, s, nil)
+	}
+	h := sessionHash(&s)
+	if out, ok := bindCached(ctx, &s, h); ok {
+		return out
+	}
+	bindMisses.Add(1)
+	return bindBuilt(ctx, s, &h)
+}
+
+// bindBuilt is Bind without the cache's look-up: it builds the session and,
+// given the session's hash, remembers it.
+func bindBuilt(ctx context.Context, s Session, hash *uint64) context.Context {
 	e, errs, notes := bindEdit(s)
 	if len(errs) > 0 {
 		otel.Handle(fmt.Errorf("otelsession: bind: session bound as cleared: %w", errors.Join(errs...)))
@@ -39,7 +61,15 @@ func Bind(ctx context.Context, s Session) context.Context {
 	for _, n := range notes {
 		noteDisplay(n.key, n.err, "bind")
 	}
-	return e.apply(ctx, "bind")
+	if len(errs) > 0 || len(notes) > 0 || hash == nil {
+		return e.apply(ctx, "bind")
+	}
+	// apply clears e when the session does not fit; remember checks the
+	// edit as built.
+	built := e
+	out := e.apply(ctx, "bind")
+	remember(&s, *hash, &built, out)
+	return out
 }
 
 // Clear returns a copy of ctx in which every session field is Cleared (the
@@ -288,18 +318,31 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			}
 		}
 	}
+	var checked baggage.Baggage
+	var present bool
 	if remote {
 		old := baggage.FromContext(ctx)
-		b, err := e.baggage(old)
+		oldLocal := localFrom(ctx)
+		oldChecked := oldLocal != nil && sameBaggage(old, oldLocal.checked)
+		b, kept, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
 			e.clearValues(e.whole)
-			b, err = e.baggage(old)
+			b, kept, err = e.baggage(old)
 		}
 		if err != nil {
 			otel.Handle(fmt.Errorf("otelsession: %s: %w", what, err))
 		}
 		ctx = baggage.ContextWithBaggage(ctx, b)
+		if (!kept || oldChecked) && err == nil {
+			// Every session member of b is one this edit validated, or one
+			// kept from a baggage a writer had checked.
+			checked, present = b, kept || hasMember(e)
+			// Record it even when the edit changes nothing local (With on a
+			// remote field over a bound session): a copy of the local state
+			// spares every outbound policy a second reading.
+			localChange = localChange || oldChecked
+		}
 	}
 	if localChange {
 		var l local
@@ -325,6 +368,10 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			l.cwd = e.cwdVal
 		}
 		l.delegated = l.delegated || e.delegate
+		if remote {
+			// Recorded or forgotten: the baggage is new either way.
+			l.checked, l.checkedPresent = checked, present
+		}
 		ctx = context.WithValue(ctx, localKey{}, &l)
 	}
 	return ctx
@@ -334,15 +381,36 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 // placed first and are never dropped; members that are not session fields
 // follow in old's order and are dropped, largest first, only when the whole
 // does not fit the W3C limits.
-func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
-	// Room for what can be kept of old, what is set, and the async member:
-	// Reset and Clear keep none of the session, and run for every session
-	// an outbound policy withholds.
-	n := old.Len() + 1
+//
+// kept reports whether a member in the session namespace was kept from old
+// rather than set by the edit (its value then was not checked here).
+func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err error) {
+	// Room for what is set and what can be kept of old: Reset and Clear
+	// keep none of the session, and Reset runs for every session an
+	// outbound policy withholds, so room is not made for members that go.
+	n := 0
 	for _, f := range remoteFields {
 		if e.op[f-1] == opSet {
 			n++
 		}
+	}
+	if e.async == opSet {
+		n++
+	}
+	var oldMembers []baggage.Member
+	if old.Len() > 0 {
+		oldMembers = old.Members()
+		for _, m := range oldMembers {
+			k := m.Key()
+			if !OwnedKey(k) {
+				n++
+			} else if s := specByKey[k]; s != nil && (s.Field != 0 && e.op[s.Field-1] == opKeep || s.Key == AsyncDeliveryKey && e.async == opKeep) {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return baggage.Baggage{}, false, nil
 	}
 	members := make([]baggage.Member, 0, n)
 	add := func(key, value string) {
@@ -352,44 +420,82 @@ func (e *edit) baggage(old baggage.Baggage) (baggage.Baggage, error) {
 			members = append(members, m)
 		}
 	}
+	addField := func(f Field, value string) {
+		if value == ClearedValue {
+			// Most sessions leave several fields Cleared: their members are
+			// built once.
+			members = append(members, clearedMembers[f-1])
+			return
+		}
+		add(fieldKeys[f-1], value)
+	}
 	for _, f := range remoteFields {
 		i, key := f-1, fieldKeys[f-1]
 		switch e.op[i] {
 		case opKeep:
 			// Rebuilt without properties: session members carry none.
 			if m := old.Member(key); m.Key() != "" {
-				add(key, m.Value())
+				addField(f, m.Value())
+				kept = true
 			}
 		case opSet:
 			v := e.val[i]
 			if v == "" {
 				v = ClearedValue
 			}
-			add(key, v)
+			addField(f, v)
 		}
 	}
 	switch e.async {
 	case opKeep:
 		if m := old.Member(AsyncDeliveryKey); m.Key() != "" {
 			add(AsyncDeliveryKey, m.Value())
+			kept = true
 		}
 	case opSet:
 		add(AsyncDeliveryKey, "0")
 	}
 	nSession := len(members)
-	if old.Len() > 0 {
-		for _, m := range old.Members() {
-			if !OwnedKey(m.Key()) {
-				members = append(members, m)
-			}
+	for _, m := range oldMembers {
+		if !OwnedKey(m.Key()) {
+			members = append(members, m)
 		}
 	}
-	members, err := fit(members, nSession)
+	members, err = fit(members, nSession)
 	if err != nil && errors.Is(err, ErrSessionTooLarge) {
-		return old, err
+		return old, kept, err
 	}
 	b, newErr := baggage.New(members...)
-	return b, errors.Join(err, newErr)
+	return b, kept, errors.Join(err, newErr)
+}
+
+// clearedMembers holds each remote field's Cleared member, indexed by
+// Field-1 (the zero Member for local fields, never used).
+// Built from table itself, which package initialization orders before it
+// (remoteFields and fieldKeys are filled later, by init).
+var clearedMembers = func() (ms [numFields]baggage.Member) {
+	for _, s := range table {
+		if s.Field == 0 || !s.Baggage() {
+			continue
+		}
+		m, err := baggage.NewMemberRaw(s.Key, ClearedValue)
+		if err != nil {
+			panic("otelsession: the Cleared member of " + s.Key + ": " + err.Error())
+		}
+		ms[s.Field-1] = m
+	}
+	return ms
+}()
+
+// hasMember reports whether the baggage e builds holds a session member of
+// its own: a field or the async capability it sets.
+func hasMember(e *edit) bool {
+	for _, f := range remoteFields {
+		if e.op[f-1] == opSet {
+			return true
+		}
+	}
+	return e.async == opSet
 }
 
 // fit drops members after the first nSession until the list fits the W3C

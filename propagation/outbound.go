@@ -13,6 +13,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -227,6 +228,17 @@ func (o *Outbound) Counts() OutboundCounts {
 // limits: the carrier then has the session unsigned; an invalid value: the
 // carrier has no session); carrier has been written in every case.
 func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) error {
+	_, err := o.InjectContext(ctx, prop, carrier, d)
+	return err
+}
+
+// InjectContext is [Outbound.Inject], and also returns the context whose
+// trace context and baggage it wrote into carrier: ctx itself, ctx without
+// its session when the session was withheld, or ctx with the session signed.
+// A transport that hands a context on beside the carrier (an HTTP request's
+// copy, for a RoundTripper below it that injects again) uses this one rather
+// than deciding and stripping a second time.
+func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -235,7 +247,7 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	var errs []error
 	if carrier == nil {
-		return fmt.Errorf("send session to %s %q: nil carrier", d.Transport, d.Name)
+		return ctx, fmt.Errorf("send session to %s %q: nil carrier", d.Transport, d.Name)
 	}
 	if n := stripCarrier(carrier); n > 0 {
 		sessionmetrics.Prewritten(d.Transport, n)
@@ -243,11 +255,22 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 			o.n.prewritten.Add(uint64(n))
 		}
 	}
-	b := baggage.FromContext(ctx)
-	had := hasSession(b)
+	// A baggage an otelsession writer built and validated, untouched since,
+	// needs no second reading: it has no stray key, no refused value and no
+	// signature.
+	checkedPresent, checked := sessionstate.Checked(ctx)
+	var b baggage.Baggage
+	had := checkedPresent
+	if !checked {
+		b = baggage.FromContext(ctx)
+		had = hasSession(b)
+	}
 	out, sent, signed, invalid := ctx, false, false, false
 	if o.Allows(ctx, d) {
-		present, strays, err := outboundSession(b)
+		present, strays, err := checkedPresent, false, error(nil)
+		if !checked {
+			present, strays, err = outboundSession(b)
+		}
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -281,9 +304,9 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 		sessionmetrics.Outbound(d.Transport, outcome, signed)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("send session to %s %q: %w", d.Transport, d.Name, err)
+		return out, fmt.Errorf("send session to %s %q: %w", d.Transport, d.Name, err)
 	}
-	return nil
+	return out, nil
 }
 
 func (o *Outbound) count(sent, signed, invalid bool) {

@@ -182,6 +182,30 @@ func TestOutboundWithholdsInvalidValues(t *testing.T) {
 	assert.Equal(t, propagation.OutboundCounts{Withheld: 1, Invalid: 1}, out.Counts())
 }
 
+// A session bound with otelsession is not read back on the way out, but only
+// while its baggage is the very one Bind built: a value refused by every edge
+// written over it afterwards, by any code, is still found and withheld.
+func TestOutboundRechecksBaggageReplacedAfterBind(t *testing.T) {
+	t.Parallel()
+	bound := otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "C1", ThreadID: "7"})
+	out := propagation.NewOutbound(propagation.AllowAll)
+	dest := propagation.Dest{Transport: "nats", Name: "a"}
+
+	c := otelprop.MapCarrier{}
+	require.NoError(t, out.Inject(bound, w3cProp, c, dest))
+	assert.Contains(t, c.Get("baggage"), "session.thread_id=7")
+
+	m, err := baggage.NewMemberRaw("session.thread_id", "1\n2")
+	require.NoError(t, err)
+	b, err := baggage.FromContext(bound).SetMember(m)
+	require.NoError(t, err)
+	c = otelprop.MapCarrier{}
+	err = out.Inject(baggage.ContextWithBaggage(bound, b), w3cProp, c, dest)
+	require.ErrorIs(t, err, propagation.ErrInvalidValue)
+	assert.NotContains(t, c.Get("baggage"), "session.")
+	assert.Equal(t, propagation.OutboundCounts{Sent: 1, Withheld: 1, Invalid: 1}, out.Counts())
+}
+
 // The value rule is one rule: whatever Bind binds, a receiving edge accepts,
 // and whatever an edge refuses, Bind refuses too.
 func FuzzValueRuleAgreement(f *testing.F) {

@@ -8,6 +8,7 @@ import (
 
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 )
@@ -53,6 +54,7 @@ func BenchmarkSignature(b *testing.B) {
 	peer := propagation.Peer{Transport: "http"}
 	bg := context.Background()
 	extract := func(b *testing.B, policy *propagation.Inbound, h http.Header) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, err := policy.Extract(bg, prop, otelprop.HeaderCarrier(h), peer)
@@ -67,6 +69,7 @@ func BenchmarkSignature(b *testing.B) {
 	}
 
 	b.Run("otel/Extract", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			benchSink = prop.Extract(bg, otelprop.HeaderCarrier(plainH))
@@ -86,6 +89,7 @@ func BenchmarkSignature(b *testing.B) {
 		}
 	})
 	b.Run("Verify", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := verifier.Verify(signed, ""); err != nil {
@@ -94,12 +98,14 @@ func BenchmarkSignature(b *testing.B) {
 		}
 	})
 	b.Run("Bind", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			benchSink = otelsession.Bind(bg, fullTestSession)
 		}
 	})
 	b.Run("Sign", func(b *testing.B) {
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, err := signer.Sign(bound)

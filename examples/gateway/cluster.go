@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 )
 
@@ -303,6 +304,12 @@ func runAll(ctx context.Context, c config) error {
 	}
 	if c.chaos && !c.asJSON {
 		fmt.Fprintf(os.Stderr, "chaos: %d worker processes killed with SIGKILL and restarted during the run\n", kills)
+	}
+	if bc := otelsession.BindCache(); !c.asJSON && bc.Hits+bc.Misses > 0 {
+		// Every role of this process binds through one cache: the ingress
+		// per message, the workers and the router per job and delivery.
+		fmt.Fprintf(os.Stderr, "bind cache (this process): %d of %d binds served from it (%.0f%%), %d sessions held (capacity %d)\n",
+			bc.Hits, bc.Hits+bc.Misses, 100*float64(bc.Hits)/float64(bc.Hits+bc.Misses), bc.Entries, bc.Capacity)
 	}
 	if !c.asJSON && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		defer fmt.Printf("\nspans by service / name (OTEL_EXPORTER_OTLP_ENDPOINT sends them to a collector instead):\n%s\n", t.traces)

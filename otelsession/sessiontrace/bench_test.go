@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
 )
@@ -43,6 +44,7 @@ func BenchmarkSpanStart(b *testing.B) {
 	run := func(b *testing.B, startOpts []trace.SpanStartOption, opts ...sdktrace.TracerProviderOption) {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(exporterStandIn{}))
 		tr := sdktrace.NewTracerProvider(opts...).Tracer("bench")
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := tr.Start(ctx, "work", startOpts...)
@@ -60,11 +62,31 @@ func BenchmarkSpanStart(b *testing.B) {
 		})
 		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
 	})
+	b.Run("baseline/default_attributes_given_at_start", func(b *testing.B) {
+		// The SDK's own cost of the five attributes the processor records by
+		// default (the user id as a hash of the same length).
+		var attrs []attribute.KeyValue
+		otelsession.RangeFields(ctx, sessiontrace.DefaultSpanFields(), func(f otelsession.Field, v string, st otelsession.State) bool {
+			if f == otelsession.FieldUserID {
+				v = "hmac:0123456789abcdef0123456789abcdef"
+			}
+			attrs = append(attrs, attribute.String(f.Key(), v))
+			return true
+		})
+		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
+	})
+	key := []byte("k")
 	b.Run("sessiontrace/processor", func(b *testing.B) {
+		// The default set, user id hashed: what a deployment with a key records.
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key})))
+	})
+	b.Run("sessiontrace/processor_no_key", func(b *testing.B) {
+		// The default set without a key: the user id is dropped.
 		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{})))
 	})
-	b.Run("sessiontrace/processor_hashing", func(b *testing.B) {
-		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: []byte("k")})))
+	b.Run("sessiontrace/processor_all_fields", func(b *testing.B) {
+		// Every field opted in, names hashed.
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key, SpanFields: otelsession.Fields()})))
 	})
 }
 
@@ -72,6 +94,7 @@ func BenchmarkLogRecord(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), fullSession())
 	b.Run("baseline/json_handler", func(b *testing.B) {
 		l := slog.New(slog.NewJSONHandler(io.Discard, nil))
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			l.InfoContext(ctx, "notified")
@@ -79,6 +102,7 @@ func BenchmarkLogRecord(b *testing.B) {
 	})
 	b.Run("sessiontrace/log_handler", func(b *testing.B) {
 		l := slog.New(sessiontrace.NewLogHandler(slog.NewJSONHandler(io.Discard, nil), sessiontrace.Redaction{}))
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			l.InfoContext(ctx, "notified")
@@ -98,6 +122,7 @@ func BenchmarkOTelLogRecord(b *testing.B) {
 		logger := sdklog.NewLoggerProvider(opts...).Logger("bench")
 		var rec otellog.Record
 		rec.SetBody(attribute.StringValue("notified"))
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			logger.Emit(ctx, rec)

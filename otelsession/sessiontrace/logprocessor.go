@@ -21,7 +21,7 @@ var _ sdklog.Processor = (*LogProcessor)(nil)
 
 // NewLogProcessor returns a processor applying r (the zero Redaction gives
 // the defaults).
-func NewLogProcessor(r Redaction) *LogProcessor { return &LogProcessor{r: newRedactor(r)} }
+func NewLogProcessor(r Redaction) *LogProcessor { return &LogProcessor{r: newRedactor(r, nil)} }
 
 // Enabled reports true: the processor adds attributes and filters nothing.
 func (*LogProcessor) Enabled(context.Context, sdklog.EnabledParameters) bool { return true }

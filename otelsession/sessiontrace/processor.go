@@ -11,10 +11,13 @@ import (
 )
 
 // SpanProcessor copies the session of a span's parent context onto the span
-// when it starts. Register it with sdktrace.WithSpanProcessor beside the
-// exporting processor. It is safe for concurrent use.
+// when it starts: the fields of [Redaction.SpanFields], by default
+// [DefaultSpanFields] with the user id hashed (dropped without a hash key).
+// Register it with sdktrace.WithSpanProcessor beside the exporting
+// processor. It is safe for concurrent use.
 type SpanProcessor struct {
-	r *redactor
+	r      *redactor
+	fields []otelsession.Field
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -22,23 +25,47 @@ var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 // NewSpanProcessor returns a processor applying r (the zero Redaction gives
 // the defaults).
 func NewSpanProcessor(r Redaction) *SpanProcessor {
-	return &SpanProcessor{r: newRedactor(r)}
+	fields := r.SpanFields
+	if fields == nil {
+		fields = DefaultSpanFields()
+	} else {
+		fields = append([]otelsession.Field(nil), fields...)
+	}
+	// A user id on every span is personal data in every trace store: spans
+	// correlate it by its keyed hash unless r.Actions says otherwise.
+	return &SpanProcessor{r: newRedactor(r, map[otelsession.Field]Action{otelsession.FieldUserID: Hash}), fields: fields}
 }
 
 // OnStart adds the session attributes.
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
-	var buf [24]attribute.KeyValue
-	attrs := p.r.attributes(parent, buf[:0])
+	// The slice escapes through SetAttributes (an interface call), so it is
+	// sized for the fields recorded rather than kept on the stack.
+	attrs := make([]attribute.KeyValue, 0, len(p.fields)+1)
+	attrs = p.spanAttributes(parent, attrs)
 	if len(attrs) > 0 {
 		s.SetAttributes(attrs...)
 	}
+}
+
+// spanAttributes appends the span's fields of the session of ctx, redacted,
+// to dst, and the session key again as gen_ai.conversation.id when it is
+// one of them (see [redactor.attributes]).
+func (p *SpanProcessor) spanAttributes(ctx context.Context, dst []attribute.KeyValue) []attribute.KeyValue {
+	p.r.visitFields(ctx, p.fields, func(f otelsession.Field, v string) {
+		dst = append(dst, keys[f].String(v))
+		if f == otelsession.FieldSessionKey && v != "" {
+			dst = append(dst, ConversationIDKey.String(v))
+		}
+	})
+	return dst
 }
 
 // Annotate sets on span the session attributes of ctx, redacted as OnStart
 // sets them, when span is recording. It is for a span that started before
 // its session was decided: a gRPC server span that otelgrpc starts before
 // any interceptor runs, when grpcsession's policy accepts the session
-// afterwards (grpcsession.WithOnAccept). Attributes already on the span
+// afterwards (grpcsession.WithOnAccept). It records the same fields as
+// OnStart. Attributes already on the span
 // under the same keys are replaced; a field the session does not hold
 // leaves its attribute, if any, as it was.
 func (p *SpanProcessor) Annotate(ctx context.Context, span trace.Span) {
@@ -46,7 +73,7 @@ func (p *SpanProcessor) Annotate(ctx context.Context, span trace.Span) {
 		return
 	}
 	var buf [24]attribute.KeyValue
-	if attrs := p.r.attributes(ctx, buf[:0]); len(attrs) > 0 {
+	if attrs := p.spanAttributes(ctx, buf[:0]); len(attrs) > 0 {
 		span.SetAttributes(attrs...)
 	}
 }

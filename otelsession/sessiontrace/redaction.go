@@ -34,6 +34,25 @@ type Redaction struct {
 	// HashKey keys Hash. Keep it secret and stable: rotating it breaks
 	// correlation with older traces. Without a key, Hash means Drop.
 	HashKey []byte
+	// SpanFields are the fields [SpanProcessor] records on every span; nil
+	// is [DefaultSpanFields]. Every attribute costs the SDK about 0.1 µs
+	// per span to store and export, so spans carry the routing identity
+	// and the rest is opt-in: otelsession.Fields() records every field, as
+	// logs do. Log handlers and processors ignore it.
+	SpanFields []otelsession.Field
+}
+
+// DefaultSpanFields returns the fields a span carries by default: the
+// routing identity that finds one message's trace and tells where its reply
+// must go (platform, workspace scope, chat, thread, message anchor), the
+// conversation it belongs to (the session key, recorded again as
+// gen_ai.conversation.id, by which `sessionctl trace` and GenAI tools group
+// a conversation's traces) and the user id, hashed (see [SpanProcessor]).
+func DefaultSpanFields() []otelsession.Field {
+	return []otelsession.Field{
+		otelsession.FieldPlatform, otelsession.FieldScopeID, otelsession.FieldChatID, otelsession.FieldThreadID,
+		otelsession.FieldMessageID, otelsession.FieldSessionKey, otelsession.FieldUserID,
+	}
 }
 
 // hashPrefix marks a hashed value.
@@ -50,10 +69,13 @@ type redactor struct {
 	hashes map[string]string // value -> hashed form; an HMAC per span is too slow
 }
 
-func newRedactor(r Redaction) *redactor {
+func newRedactor(r Redaction, defaults map[otelsession.Field]Action) *redactor {
 	c := &redactor{key: append([]byte(nil), r.HashKey...), hashes: make(map[string]string)}
 	for _, f := range otelsession.Fields() {
 		c.action[f] = f.Spec().Redact
+	}
+	for f, a := range defaults {
+		c.action[f] = a
 	}
 	for f, a := range r.Actions {
 		if f.Valid() {
@@ -99,6 +121,23 @@ func (c *redactor) hash(v string) string {
 	c.hashes[v] = h
 	c.mu.Unlock()
 	return h
+}
+
+// visitFields is visit over fields only.
+func (c *redactor) visitFields(ctx context.Context, fields []otelsession.Field, fn func(f otelsession.Field, v string)) {
+	otelsession.RangeFields(ctx, fields, func(f otelsession.Field, v string, st otelsession.State) bool {
+		switch st {
+		case otelsession.Cleared:
+			if c.action[f] != Drop {
+				fn(f, "")
+			}
+		case otelsession.Set:
+			if out, ok := c.apply(f, v); ok {
+				fn(f, out)
+			}
+		}
+		return true
+	})
 }
 
 // visit calls fn with every field of ctx's session that is to be recorded and

@@ -45,10 +45,14 @@ func startSpan(t *testing.T, r sessiontrace.Redaction, ctx context.Context) map[
 	return got
 }
 
+// all records every field on spans, as before the default narrowed to the
+// routing identity.
+var all = otelsession.Fields()
+
 func TestSpanProcessorAttributes(t *testing.T) {
 	t.Parallel()
 	ctx := otelsession.Bind(context.Background(), session())
-	got := startSpan(t, sessiontrace.Redaction{}, ctx)
+	got := startSpan(t, sessiontrace.Redaction{SpanFields: all}, ctx)
 
 	assert.Equal(t, "telegram", got["session.platform"])
 	assert.Equal(t, "-100123", got["session.chat_id"])
@@ -62,6 +66,8 @@ func TestSpanProcessorAttributes(t *testing.T) {
 	assert.False(t, ok, "no hash key: the user name is dropped by default")
 	_, ok = got["session.browser_control_principal"]
 	assert.False(t, ok)
+	_, ok = got["session.user_id"]
+	assert.False(t, ok, "no hash key: the user id is dropped from spans by default")
 	for k, v := range got {
 		assert.NotContains(t, v, "\x00", "%s carries the wire marker", k)
 		assert.NotContains(t, v, "Alice", k)
@@ -97,6 +103,45 @@ func TestConversationID(t *testing.T) {
 	assert.False(t, ok, "a Cleared session key")
 }
 
+// By default a span carries the routing identity (with the scope and the
+// conversation) and the user id hashed, nothing else; a Cleared field of the set is still recorded.
+func TestSpanProcessorDefaultFields(t *testing.T) {
+	t.Parallel()
+	ctx := otelsession.Bind(context.Background(), session())
+	got := startSpan(t, sessiontrace.Redaction{HashKey: []byte("test-key-0123456789")}, ctx)
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, string(k))
+	}
+	assert.ElementsMatch(t, []string{"session.platform", "session.scope_id", "session.chat_id", "session.thread_id",
+		"session.message_id", "session.key", "session.user_id"}, keys)
+	assert.Equal(t, "", got["session.key"], "Cleared (Bind clears what the session leaves empty)")
+	_, ok := got["gen_ai.conversation.id"]
+	assert.False(t, ok, "a Cleared key is no conversation id")
+	assert.Equal(t, "881", got["session.message_id"])
+	assert.Equal(t, "", got["session.thread_id"], "Cleared")
+	assert.True(t, strings.HasPrefix(got["session.user_id"], "hmac:"), "user id hashed: %q", got["session.user_id"])
+
+	// The scope and the conversation are routing identity too.
+	scoped := session()
+	scoped.ScopeID, scoped.SessionKey = "guild-7", "agent:main:discord:guild-7:c1"
+	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), scoped))
+	assert.Equal(t, "guild-7", got["session.scope_id"])
+	assert.Equal(t, scoped.SessionKey, got["session.key"])
+	assert.Equal(t, scoped.SessionKey, got["gen_ai.conversation.id"])
+	_, ok = got["session.user_id"]
+	assert.False(t, ok, "without a hash key the user id is dropped")
+	_, ok = got["session.user_name"]
+	assert.False(t, ok, "the user name is opt-in")
+
+	// What SpanFields names is recorded, and Actions still decide how.
+	got = startSpan(t, sessiontrace.Redaction{
+		SpanFields: []otelsession.Field{otelsession.FieldChatID, otelsession.FieldUserID},
+		Actions:    map[otelsession.Field]sessiontrace.Action{otelsession.FieldUserID: sessiontrace.Copy},
+	}, ctx)
+	assert.Equal(t, map[attribute.Key]string{"session.chat_id": "-100123", "session.user_id": "55"}, got)
+}
+
 func TestSpanWithoutSession(t *testing.T) {
 	t.Parallel()
 	assert.Empty(t, startSpan(t, sessiontrace.Redaction{}, context.Background()))
@@ -123,7 +168,7 @@ func TestAnnotate(t *testing.T) {
 	}
 	want := startSpan(t, sessiontrace.Redaction{HashKey: key}, otelsession.Bind(context.Background(), session()))
 	assert.Equal(t, want, got, "the attributes OnStart would have set")
-	assert.True(t, strings.HasPrefix(got["session.user_name"], "hmac:"))
+	assert.True(t, strings.HasPrefix(got["session.user_id"], "hmac:"), "the user id hashed, as OnStart does")
 
 	_, bare := tp.Tracer("test").Start(context.Background(), "no session")
 	proc.Annotate(context.Background(), bare)
@@ -140,13 +185,13 @@ func TestRedaction(t *testing.T) {
 		r     sessiontrace.Redaction
 		check func(t *testing.T, got map[attribute.Key]string)
 	}{
-		{"hash with a key", sessiontrace.Redaction{HashKey: key}, func(t *testing.T, got map[attribute.Key]string) {
+		{"hash with a key", sessiontrace.Redaction{HashKey: key, SpanFields: all}, func(t *testing.T, got map[attribute.Key]string) {
 			assert.True(t, strings.HasPrefix(got["session.user_name"], "hmac:"))
 			assert.Len(t, got["session.user_name"], len("hmac:")+32)
 			assert.True(t, strings.HasPrefix(got["session.browser_control_principal"], "hmac:"))
 			assert.NotEqual(t, got["session.user_name"], got["session.browser_control_principal"])
 		}},
-		{"copy overrides the default", sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+		{"copy overrides the default", sessiontrace.Redaction{SpanFields: all, Actions: map[otelsession.Field]sessiontrace.Action{
 			otelsession.FieldUserName: sessiontrace.Copy,
 		}}, func(t *testing.T, got map[attribute.Key]string) {
 			assert.Equal(t, "Alice Example", got["session.user_name"])
@@ -165,9 +210,9 @@ func TestRedaction(t *testing.T) {
 	}
 
 	// Keyed: the same name correlates under one key and differs under another.
-	a := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
-	b := startSpan(t, sessiontrace.Redaction{HashKey: key}, ctx)["session.user_name"]
-	c := startSpan(t, sessiontrace.Redaction{HashKey: []byte("another-key")}, ctx)["session.user_name"]
+	a := startSpan(t, sessiontrace.Redaction{HashKey: key, SpanFields: all}, ctx)["session.user_name"]
+	b := startSpan(t, sessiontrace.Redaction{HashKey: key, SpanFields: all}, ctx)["session.user_name"]
+	c := startSpan(t, sessiontrace.Redaction{HashKey: []byte("another-key"), SpanFields: all}, ctx)["session.user_name"]
 	assert.Equal(t, a, b)
 	assert.NotEqual(t, a, c)
 }

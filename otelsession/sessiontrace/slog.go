@@ -21,7 +21,7 @@ type LogHandler struct {
 // NewLogHandler wraps next, applying r (the zero Redaction gives the
 // defaults).
 func NewLogHandler(next slog.Handler, r Redaction) *LogHandler {
-	return &LogHandler{next: next, r: newRedactor(r)}
+	return &LogHandler{next: next, r: newRedactor(r, nil)}
 }
 
 // Enabled reports whether the wrapped handler handles level.

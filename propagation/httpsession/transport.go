@@ -53,18 +53,21 @@ func (t *Transport) prepare(req *http.Request) *http.Request {
 	if req.URL != nil {
 		dest.Name = req.URL.Host
 	}
-	sendCtx := ctx
-	if !t.Outbound.Allows(ctx, dest) {
-		sendCtx = propagation.WithoutSession(ctx)
-	}
-	out := req.Clone(sendCtx)
+	out := req.Clone(ctx)
 	if out.Header == nil {
 		out.Header = make(http.Header)
 	}
-	if err := t.Outbound.Inject(ctx, t.Propagator, otelprop.HeaderCarrier(out.Header), dest); err != nil {
+	// The policy decides and strips once; the copy's context is what it
+	// sent from, so that for a withheld session a RoundTripper in Base that
+	// injects again finds none.
+	sent, err := t.Outbound.InjectContext(ctx, t.Propagator, otelprop.HeaderCarrier(out.Header), dest)
+	if err != nil {
 		// The request still goes, without the session or unsigned, as the
 		// error says.
 		otel.Handle(fmt.Errorf("httpsession: outgoing request: %w", err))
+	}
+	if sent != ctx {
+		out = out.WithContext(sent)
 	}
 	return out
 }

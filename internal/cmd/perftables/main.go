@@ -1,0 +1,370 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// pkgs are the packages measured and the benchmarks run in each.
+var pkgs = []struct{ dir, bench string }{
+	{"otelsession", "^Benchmark(Bind|Lookup|SnapshotAndReset)$"},
+	{"otelsession/sessiontrace", "^Benchmark(SpanStart|LogRecord|OTelLogRecord)$"},
+	{"propagation", "^Benchmark(OutboundInject|Signature)$"},
+	{"propagation/httpsession", "."},
+	{"propagation/natssession", "."},
+	{"propagation/kafkasession", "."},
+	{"propagation/amqpsession", "."},
+	{"propagation/execsession", "^BenchmarkEnviron$/^Environ"},
+	{"propagation/grpcsession", "^BenchmarkSteps$"},
+}
+
+// A row is one operation beside its baseline; names are benchmark names
+// without the -GOMAXPROCS suffix.
+type row struct {
+	label, pkg, name, base string
+}
+
+// How a table compares a row with its baseline.
+const (
+	ratio = iota // 1.05×
+	pct          // +8%
+	delta        // +0.6 µs
+)
+
+type table struct {
+	id, baseHeader string
+	compare        int
+	rows           []row
+}
+
+var tables = []table{
+	{id: "core", baseHeader: "`baggage.New` floor / raw member read", compare: ratio, rows: []row{
+		{"`Bind`, a session bound before (cached)", "otelsession", "BenchmarkBind/sessionwire/Bind", "BenchmarkBind/baseline/baggage.New_prebuilt"},
+		{"`Bind`, the next message of a conversation (cached, new message id)", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkBind/baseline/baggage.New_prebuilt"},
+		{"`Bind`, a session never bound before", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/baggage.New_prebuilt"},
+		{"`Bind` over 5 foreign members (merged, not cached)", "otelsession", "BenchmarkBind/sessionwire/Bind_over_5_foreign_members", "BenchmarkBind/baseline/baggage.New_prebuilt"},
+		{"baseline: `baggage.New` of the same prebuilt members + `ContextWithBaggage`", "otelsession", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
+		{"baseline: `context.WithValue` of a struct (no propagation at all)", "otelsession", "BenchmarkBind/baseline/context.WithValue_struct", ""},
+		{"`Lookup`, remote field", "otelsession", "BenchmarkLookup/sessionwire/Lookup", "BenchmarkLookup/baseline/baggage_Member_Value"},
+		{"`Getenv`, bound field", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkLookup/baseline/baggage_Member_Value"},
+		{"`Lookup`, local field", "otelsession", "BenchmarkLookup/sessionwire/Lookup_local_field", ""},
+		{"`Getenv`, Unset (falls back to the environment)", "otelsession", "BenchmarkLookup/sessionwire/Getenv_unset_fallback", ""},
+		{"baseline: `baggage.FromContext(ctx).Member(k).Value()`", "otelsession", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
+		{"`FromContext`, every field", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/FromContext", ""},
+		{"`Reset` of a full session", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/Reset", ""},
+	}},
+	{id: "boundary", baseHeader: "raw OpenTelemetry path", compare: pct, rows: []row{
+		{"inbound HTTP: `Inbound.Extract` from `HeaderCarrier`", "propagation/httpsession", "BenchmarkInbound/HeaderCarrier/path=session", "BenchmarkInbound/HeaderCarrier/path=raw"},
+		{"inbound: `Inbound.Extract` from `MapCarrier`", "propagation/httpsession", "BenchmarkInbound/MapCarrier/path=session", "BenchmarkInbound/MapCarrier/path=raw"},
+		{"inbound HTTP: the whole `httpsession.Handler` step", "propagation/httpsession", "BenchmarkInbound/Handler/path=session", "BenchmarkInbound/Handler/path=raw"},
+		{"inbound, signed: `Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract"},
+		{"outbound: `Outbound.Inject`, allowed", "propagation", "BenchmarkOutboundInject/allowed/path=session", "BenchmarkOutboundInject/allowed/path=raw"},
+		{"outbound: `Outbound.Inject`, withheld (raw sends the session)", "propagation", "BenchmarkOutboundInject/withheld/path=session", "BenchmarkOutboundInject/withheld/path=raw"},
+		{"outbound: `Outbound.Inject`, no session in the context", "propagation", "BenchmarkOutboundInject/no_session/path=session", "BenchmarkOutboundInject/no_session/path=raw"},
+		{"outbound, signed: `Outbound.Inject`, allowed and signed", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw"},
+		{"outbound HTTP: `Transport`, destination allowed", "propagation/httpsession", "BenchmarkOutbound/Transport_allowed/path=session", "BenchmarkOutbound/Transport_allowed/path=raw"},
+		{"outbound HTTP: `Transport`, session withheld", "propagation/httpsession", "BenchmarkOutbound/Transport_withheld/path=session", "BenchmarkOutbound/Transport_withheld/path=raw"},
+		{"outbound HTTP, signed: `Transport`, allowed and signed", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw"},
+		{"NATS publish: `Publisher.Inject`", "propagation/natssession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
+		{"NATS publish, signed for its `Nats-Msg-Id`", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw"},
+		{"NATS consume: `Consumer.Extract`", "propagation/natssession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
+		{"NATS consume, signature verified", "propagation/natssession", "BenchmarkExtract/Consumer.Extract_verified/path=session", "BenchmarkExtract/Consumer.Extract_verified/path=raw"},
+		{"Kafka publish: `Publisher.Inject`", "propagation/kafkasession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
+		{"Kafka consume: `Consumer.Extract`", "propagation/kafkasession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
+		{"AMQP publish: `Publisher.Inject`", "propagation/amqpsession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
+		{"AMQP consume: `Consumer.Extract`", "propagation/amqpsession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
+		{"gRPC server: `otelgrpc` + the inbound policy", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc+policy", "BenchmarkSteps/server/otelgrpc"},
+		{"gRPC client: `otelgrpc` + the outbound policy", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc+policy", "BenchmarkSteps/client/otelgrpc"},
+		{"child environment: `execsession.Environ`", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw"},
+		{"child environment, signed", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw"},
+	}},
+	{id: "signing", baseHeader: "stock `propagation.Baggage{}.Extract`", compare: delta, rows: []row{
+		{"stock `propagation.Baggage{}.Extract` (baseline)", "propagation", "BenchmarkSignature/otel/Extract", ""},
+		{"`Inbound.Extract`, trusted peer, unsigned", "propagation", "BenchmarkSignature/Extract/unsigned", "BenchmarkSignature/otel/Extract"},
+		{"`Inbound.Extract`, trusted peer, signature carried, not checked", "propagation", "BenchmarkSignature/Extract/signed,unverified", "BenchmarkSignature/otel/Extract"},
+		{"`Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract"},
+		{"`Verifier.Verify` alone (reads the members itself)", "propagation", "BenchmarkSignature/Verify", ""},
+		{"`otelsession.Bind` (what a gateway does just before signing; cached)", "propagation", "BenchmarkSignature/Bind", ""},
+		{"`Signer.Sign`", "propagation", "BenchmarkSignature/Sign", ""},
+	}},
+	{id: "spans", baseHeader: "span without attributes", compare: delta, rows: []row{
+		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… the same 5 default attributes given at start (the SDK's own cost of them)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… with `SpanProcessor`, default fields, no hash key", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_no_key", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… with `SpanProcessor`, every field (`SpanFields: otelsession.Fields()`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_all_fields", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… the same 20 attributes given at start (the SDK's own cost)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/same_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+	}},
+	{id: "logs", baseHeader: "the same record without the session", compare: delta, rows: []row{
+		{"`slog` JSON record (baseline)", "otelsession/sessiontrace", "BenchmarkLogRecord/baseline/json_handler", ""},
+		{"`slog` JSON record through `LogHandler`, every field", "otelsession/sessiontrace", "BenchmarkLogRecord/sessiontrace/log_handler", "BenchmarkLogRecord/baseline/json_handler"},
+		{"OTel log record (baseline)", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/baseline/no_session_processor", ""},
+		{"OTel log record with `LogProcessor`, every field", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/sessiontrace/log_processor", "BenchmarkOTelLogRecord/baseline/no_session_processor"},
+	}},
+}
+
+// result is one benchmark's measurements over the rounds.
+type result struct {
+	ns, cpu, bytes, allocs []float64
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "perftables:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	rounds := flag.Int("rounds", 5, "rounds: each package's benchmarks run once per round; medians are taken over them")
+	benchtime := flag.String("benchtime", "0.2s", "-test.benchtime of every benchmark")
+	readme := flag.String("readme", "README.md", "the file whose marked tables are rewritten")
+	dry := flag.Bool("n", false, "print the tables; do not rewrite the README")
+	rawOut := flag.String("raw", "", "also write every benchmark line to this file (for benchstat)")
+	flag.Parse()
+	if *rounds < 1 {
+		return errors.New("-rounds must be at least 1")
+	}
+	if _, err := os.Stat("go.mod"); err != nil {
+		return errors.New("run it from the repository root (no go.mod here)")
+	}
+	bin, err := os.MkdirTemp("", "perftables")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bin)
+	for _, p := range pkgs {
+		fmt.Fprintf(os.Stderr, "compiling %s\n", p.dir)
+		cmd := exec.Command("go", "test", "-c", "-o", binPath(bin, p.dir), "./"+p.dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("compile the benchmarks of %s: %w", p.dir, err)
+		}
+	}
+	machine := describeMachine()
+	results := map[string]*result{}
+	var raw bytes.Buffer
+	start := time.Now()
+	for r := 1; r <= *rounds; r++ {
+		for _, p := range pkgs {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, p.dir)
+			cmd := exec.Command(binPath(bin, p.dir), "-test.run", "^$", "-test.bench", p.bench,
+				"-test.benchmem", "-test.benchtime", *benchtime)
+			cmd.Dir = p.dir
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return fmt.Errorf("benchmarks of %s, round %d: %w", p.dir, r, err)
+			}
+			fmt.Fprintf(&raw, "pkg: %s\n", p.dir)
+			raw.Write(out)
+			parse(p.dir, out, results)
+		}
+	}
+	machine += fmt.Sprintf(", load average %s at the end; %d rounds of -benchtime %s in %s",
+		loadAverage(), *rounds, *benchtime, time.Since(start).Round(time.Second))
+	if *rawOut != "" {
+		if err := os.WriteFile(*rawOut, raw.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	blocks := map[string]string{"machine": machine + "\n"}
+	for _, t := range tables {
+		s, err := render(t, results)
+		if err != nil {
+			return err
+		}
+		blocks[t.id] = s
+	}
+	if *dry {
+		for _, id := range append([]string{"machine"}, tableIDs()...) {
+			fmt.Printf("<!-- perf:%s -->\n%s\n", id, blocks[id])
+		}
+		return nil
+	}
+	return rewrite(*readme, blocks)
+}
+
+func tableIDs() []string {
+	var ids []string
+	for _, t := range tables {
+		ids = append(ids, t.id)
+	}
+	return ids
+}
+
+func binPath(dir, pkg string) string {
+	return filepath.Join(dir, strings.ReplaceAll(pkg, "/", "_")+".test")
+}
+
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// parse adds the benchmark lines of out to results, keyed by package and
+// name.
+func parse(pkg string, out []byte, results map[string]*result) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		key := pkg + " " + m[1]
+		r := results[key]
+		if r == nil {
+			r = &result{}
+			results[key] = r
+		}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				r.ns = append(r.ns, v)
+			case "cpu-ns/op":
+				r.cpu = append(r.cpu, v)
+			case "B/op":
+				r.bytes = append(r.bytes, v)
+			case "allocs/op":
+				r.allocs = append(r.allocs, v)
+			}
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// timeOf is the median time of r: CPU time when reported, wall time
+// otherwise (marked).
+func timeOf(r *result) (float64, string) {
+	if len(r.cpu) > 0 {
+		return median(r.cpu), ""
+	}
+	return median(r.ns), " (wall)"
+}
+
+func render(t table, results map[string]*result) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| operation | ns/op | B/op | allocs/op | %s, ns/op | vs. it |\n| --- | ---: | ---: | ---: | ---: | ---: |\n", t.baseHeader)
+	for _, r := range t.rows {
+		res := results[r.pkg+" "+r.name]
+		if res == nil {
+			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.name, r.pkg)
+		}
+		ns, mark := timeOf(res)
+		fmt.Fprintf(&b, "| %s | %s%s | %s | %s |", r.label, num(ns), mark, count(median(res.bytes)), count(median(res.allocs)))
+		if r.base == "" {
+			b.WriteString(" | |\n")
+			continue
+		}
+		base := results[r.pkg+" "+r.base]
+		if base == nil {
+			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.base, r.pkg)
+		}
+		bns, _ := timeOf(base)
+		var vs string
+		switch t.compare {
+		case ratio:
+			vs = fmt.Sprintf("%.2f×", ns/bns)
+		case pct:
+			vs = fmt.Sprintf("%+.0f%%", 100*(ns/bns-1))
+		case delta:
+			vs = fmt.Sprintf("%+.2f µs", (ns-bns)/1000)
+		}
+		fmt.Fprintf(&b, " %s | %s |\n", num(bns), vs)
+	}
+	return b.String(), nil
+}
+
+// num formats a median: thousands separated, one decimal below 100.
+func num(v float64) string {
+	if v < 100 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return thousands(int64(v + 0.5))
+}
+
+// count formats a median count (bytes, allocations) as a whole number.
+func count(v float64) string { return thousands(int64(v + 0.5)) }
+
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func describeMachine() string {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	goVersion := runtime.Version()
+	if out, err := exec.Command("go", "env", "GOVERSION").Output(); err == nil {
+		goVersion = strings.TrimSpace(string(out))
+	}
+	return fmt.Sprintf("Measured %s on %d CPUs (%s), %s/%s, %s, load average %s at the start",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, goVersion, loadAverage())
+}
+
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// rewrite replaces each block between its markers in the file at path.
+func rewrite(path string, blocks map[string]string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(data)
+	for id, body := range blocks {
+		open, end := "<!-- perf:"+id+":start -->\n", "<!-- perf:"+id+":end -->"
+		i := strings.Index(s, open)
+		j := strings.Index(s, end)
+		if i < 0 || j < i {
+			return fmt.Errorf("%s has no %q … %q markers", path, strings.TrimSpace(open), end)
+		}
+		s = s[:i+len(open)] + body + s[j:]
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}

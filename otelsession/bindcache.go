@@ -1,0 +1,305 @@
+package otelsession
+
+import (
+	"context"
+	"hash/maphash"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/baggage"
+)
+
+// The bind cache: a gateway binds the same conversation's session on every
+// message, and baggage values are immutable, so the baggage and the local
+// state a Bind built can be handed to the next Bind of the same session
+// instead of being validated, encoded and hashed again.
+//
+// An entry is keyed by the whole Session except its MessageID (the reply
+// anchor changes on every message of a conversation, the rest does not). It
+// holds the last baggage built for it and the local state beside it; a Bind with another message id derives its baggage from that one with a
+// single SetMember, which OpenTelemetry does as one map copy instead of the
+// re-encoding of every member that baggage.New does.
+//
+// Only sessions Bind accepts whole are cached: no refused value, no display
+// value cut or dropped (those are reported on every Bind, and an over-long
+// value must not be kept alive by the cache), and members that fit the W3C
+// limits by the cheap bound. So every cached string is within its key's
+// limit, and an entry holds at most what one valid session holds. A context
+// whose baggage holds members Bind keeps (the application's, the cron
+// fields) is bound without the cache.
+//
+// Memory: at most the cache's capacity in entries (512 by default, see
+// [SetBindCacheSize]). An entry holds about 2.1 KiB for a full session of
+// typical values and at most about 11 KiB for the largest session the cache
+// keeps (values filling the W3C byte limit, a 4 KiB working directory), as
+// TestBindCacheMemoryBound measures: about 1.1 MiB typical, 5.5 MiB at worst by
+// default. The cache is 4-way set associative; a new session takes a free
+// slot of its set or evicts one of the four.
+
+// BindCacheStats is a snapshot of the bind cache's counters.
+type BindCacheStats struct {
+	// Hits counts Binds served from the cache (the same session, perhaps
+	// with another message id); Misses counts Binds that built their session
+	// (a first time, a session the cache does not keep, or a context with
+	// baggage members of its own to merge).
+	Hits, Misses uint64
+	// Entries is the number of sessions held; Capacity the most it holds.
+	Entries, Capacity int
+}
+
+// BindCache returns the bind cache's counters since the process started.
+func BindCache() BindCacheStats {
+	st := BindCacheStats{Hits: bindHits.Load(), Misses: bindMisses.Load()}
+	if t := bindTab.Load(); t != nil {
+		st.Capacity = len(t.slots)
+		for i := range t.slots {
+			if t.slots[i].Load() != nil {
+				st.Entries++
+			}
+		}
+	}
+	return st
+}
+
+// SetBindCacheSize bounds the bind cache to about n sessions (rounded up to
+// a power of two, at least 4; n <= 0 disables the cache) and empties it. The
+// default, 512, holds the active conversations of a busy gateway in about
+// 1.6 MiB; a process that binds many more distinct sessions in turn can
+// raise it. It is meant for start-up and tests.
+func SetBindCacheSize(n int) {
+	if n <= 0 {
+		bindTab.Store(nil)
+		return
+	}
+	sets := 1
+	for sets*bindWays < n {
+		sets *= 2
+	}
+	bindTab.Store(&bindTable{mask: uint64(sets - 1), slots: make([]atomic.Pointer[bindEntry], sets*bindWays)})
+}
+
+const (
+	// defaultBindCacheSize is the default bound of the bind cache.
+	defaultBindCacheSize = 512
+	// bindWays is the cache's associativity: a session may sit in any of the
+	// bindWays slots of its set, so a few conversations whose hashes share a
+	// set do not evict each other on every message.
+	bindWays = 4
+)
+
+// bindTable is the cache: a set-associative array of entries, read and
+// written without a lock (an entry is immutable but for its last baggage,
+// an atomic pointer). A new entry takes an empty slot of its set or evicts
+// one chosen by its hash.
+type bindTable struct {
+	mask  uint64
+	slots []atomic.Pointer[bindEntry]
+}
+
+var (
+	bindTab              atomic.Pointer[bindTable] // nil: disabled
+	bindSeed             = maphash.MakeSeed()
+	bindHits, bindMisses atomic.Uint64
+)
+
+func init() { SetBindCacheSize(defaultBindCacheSize) }
+
+// set returns the slots of the set of hash h.
+func (t *bindTable) set(h uint64) []atomic.Pointer[bindEntry] {
+	i := (h & t.mask) * bindWays
+	return t.slots[i : i+bindWays]
+}
+
+// sessionHash hashes the cache's key of s (the session without its message
+// id). Equal keys hash equal; a collision costs a miss, never a wrong bind,
+// as entries are compared whole.
+func sessionHash(s *Session) uint64 {
+	var h maphash.Hash
+	h.SetSeed(bindSeed)
+	for _, v := range [...]string{
+		s.Platform, s.Source, s.ChatID, s.ChatType, s.ChatName, s.ThreadID, s.UserID, s.UserIDAlt,
+		s.UserName, s.ScopeID, s.SessionKey, s.SessionID, s.UISessionID, s.Profile,
+		s.BrowserControlPrincipal, s.BrowserControlTransportFamily, s.ParentChatID, s.Cwd,
+	} {
+		h.WriteString(v)
+		h.WriteByte(0)
+	}
+	flags := byte(s.Cron)
+	if s.Stateless {
+		flags |= 0x80
+	}
+	h.WriteByte(flags)
+	return h.Sum64()
+}
+
+// sameKey reports whether a and b are one key: equal but for the message id.
+func sameKey(a, b *Session) bool {
+	return a.Platform == b.Platform && a.Source == b.Source && a.ChatID == b.ChatID &&
+		a.ChatType == b.ChatType && a.ChatName == b.ChatName && a.ThreadID == b.ThreadID &&
+		a.UserID == b.UserID && a.UserIDAlt == b.UserIDAlt && a.UserName == b.UserName &&
+		a.ScopeID == b.ScopeID && a.SessionKey == b.SessionKey && a.SessionID == b.SessionID &&
+		a.UISessionID == b.UISessionID && a.Profile == b.Profile &&
+		a.BrowserControlPrincipal == b.BrowserControlPrincipal &&
+		a.BrowserControlTransportFamily == b.BrowserControlTransportFamily &&
+		a.ParentChatID == b.ParentChatID && a.Cron == b.Cron && a.Cwd == b.Cwd && a.Stateless == b.Stateless
+}
+
+// bindEntry is one cached session.
+type bindEntry struct {
+	// key is the session, its message id aside; h is its hash.
+	key Session
+	h   uint64
+	// bound is the cheap upper bound of the encoded session members without
+	// the message id (see fit).
+	bound int
+	// last is the baggage built for the most recent message id.
+	last atomic.Pointer[builtBaggage]
+}
+
+// builtBaggage is a session's baggage for one message id, and the local
+// state bound beside it over a context that is not a delegated child, which
+// records the baggage as checked. Both are shared by every context bound
+// from it (a *local in a context is never modified).
+type builtBaggage struct {
+	msgID string
+	b     baggage.Baggage
+	loc   *local
+	own   local // where loc points for a message id after the first: one allocation for both
+}
+
+// bindCached binds s from the cache; ok is false when it cannot (not cached,
+// a message id Bind would refuse, or baggage in ctx that Bind must merge).
+func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, bool) {
+	t := bindTab.Load()
+	if t == nil {
+		return ctx, false
+	}
+	var ent *bindEntry
+	for i, set := 0, t.set(h); i < bindWays; i++ {
+		if e := set[i].Load(); e != nil && e.h == h && sameKey(&e.key, s) {
+			ent = e
+			break
+		}
+	}
+	if ent == nil {
+		return ctx, false
+	}
+	if old := baggage.FromContext(ctx); old.Len() > 0 && !bindDropsAll(old) {
+		// The context's own members must be merged: Bind builds the session
+		// again, exactly as without the cache (a rare case: a handler's
+		// context normally starts from Reset).
+		return ctx, false
+	}
+	built, ok := ent.baggage(s.MessageID)
+	if !ok {
+		return ctx, false
+	}
+	b, loc := built.b, built.loc
+	if old := localFrom(ctx); old != nil && old.delegated {
+		l := *loc
+		l.delegated = true
+		loc = &l
+	}
+	bindHits.Add(1)
+	return context.WithValue(baggage.ContextWithBaggage(ctx, b), localKey{}, loc), true
+}
+
+// baggage returns the entry's baggage with message id msgID.
+func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
+	last := ent.last.Load()
+	if last.msgID == msgID {
+		return last, true
+	}
+	v := msgID
+	if v == "" {
+		v = ClearedValue
+	} else if _, err := ValidateValue(table[FieldMessageID-1], v); err != nil {
+		return nil, false // Bind reports it
+	}
+	key := fieldKeys[FieldMessageID-1]
+	if ent.bound+len(key)+2+3*len(v) > MaxBaggageBytes {
+		return nil, false // Bind checks the exact size
+	}
+	m, err := baggage.NewMemberRaw(key, v)
+	if err != nil {
+		return nil, false
+	}
+	// SetMember replaces the previous message id's member.
+	b, err := last.b.SetMember(m)
+	if err != nil {
+		return nil, false
+	}
+	next := &builtBaggage{msgID: msgID, b: b, own: *last.loc}
+	next.own.checked = b
+	next.loc = &next.own
+	ent.last.Store(next)
+	return next, true
+}
+
+// bindDropsAll reports whether Bind keeps none of old's members: every one
+// is a session member Bind replaces or a stray in the session namespace it
+// drops, none a member of the application or a field Bind leaves alone.
+func bindDropsAll(old baggage.Baggage) bool {
+	for _, m := range old.Members() {
+		k := m.Key()
+		if !OwnedKey(k) {
+			return false
+		}
+		if s := specByKey[k]; s != nil && s.Field != 0 && !s.InSession {
+			return false
+		}
+	}
+	return true
+}
+
+// remember caches the session s that Bind has just bound into ctx from the
+// edit e (as built, before apply), when Bind accepted it whole (no refusal, no display note) and
+// nothing of the context's own baggage was merged into it.
+func remember(s *Session, h uint64, e *edit, ctx context.Context) {
+	t := bindTab.Load()
+	if t == nil {
+		return
+	}
+	b := baggage.FromContext(ctx)
+	l := localFrom(ctx)
+	if l == nil || l.delegated || !sameBaggage(l.checked, b) {
+		return
+	}
+	// Exactly the members e sets, and within the cheap bound of fit.
+	n, bound := 0, 0
+	for _, f := range remoteFields {
+		if e.op[f-1] == opSet {
+			n++
+			if f != FieldMessageID {
+				v := e.val[f-1]
+				if v == "" {
+					v = ClearedValue
+				}
+				bound += len(fieldKeys[f-1]) + 2 + 3*len(v)
+			}
+		}
+	}
+	if e.async == opSet {
+		n++
+		bound += len(AsyncDeliveryKey) + 2 + 3
+	}
+	msg := e.val[FieldMessageID-1]
+	if msg == "" {
+		msg = ClearedValue
+	}
+	// Within the cheap bound, the session fitted and apply did not clear it.
+	if b.Len() != n || bound+len(fieldKeys[FieldMessageID-1])+2+3*len(msg) > MaxBaggageBytes {
+		return
+	}
+	ent := &bindEntry{key: *s, h: h, bound: bound}
+	ent.key.MessageID = ""
+	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b, loc: l})
+	set := t.set(h)
+	for i := range set {
+		if set[i].CompareAndSwap(nil, ent) {
+			return
+		}
+	}
+	// The set is full: evict the way the hash's high bits pick, a choice
+	// as good as any for keys that arrive at random.
+	set[h>>62].Store(ent)
+}
