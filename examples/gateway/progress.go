@@ -40,8 +40,14 @@ type progressReporter struct {
 }
 
 // plainProgressEvery is how often a line is printed when standard error is
-// not a terminal.
-const plainProgressEvery = 3 * time.Second
+// not a terminal; SESSIONWIRE_PROGRESS_EVERY (a duration) changes it, for
+// tests and for logs that want more or fewer lines.
+var plainProgressEvery = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SESSIONWIRE_PROGRESS_EVERY")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Second
+}()
 
 // startProgress prints progress to w until the returned stop is called; a
 // nil w prints nothing.
