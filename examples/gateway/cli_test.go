@@ -199,7 +199,7 @@ wait:
 	}
 	family := descendants(cmd.Process.Pid)
 	require.NotEmpty(t, family, "the worker processes")
-	before := len(stderr) // what a loaded machine printed before is not the Ctrl-C's
+	before := len(stderr)                                              // what a loaded machine printed before is not the Ctrl-C's
 	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)) // what a terminal does
 	done := make(chan error, 1)
 	go func() {
