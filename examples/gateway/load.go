@@ -453,7 +453,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	posting.Store(false)
 
 	// Wait for every expected delivery and refusal.
-	deadline := time.After(time.Until(start.Add(cfg.timeout)))
+	deadline := time.After(cfg.timeout)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	settled := func() (int, int) {
