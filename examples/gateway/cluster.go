@@ -80,6 +80,11 @@ type topology struct {
 }
 
 func startTopology(ctx context.Context, c config) (_ *topology, err error) {
+	// The roles and services live until stop, which ends them in order, not
+	// until a Ctrl-C cancels ctx: cancelled together, the services would
+	// go first and the work in flight would fail on them with pages of
+	// connection errors.
+	ctx = context.WithoutCancel(ctx)
 	t := &topology{cfg: c, traces: &demotrace.Summary{}, shutdown: func() {}}
 	defer func() {
 		if err != nil {
@@ -172,7 +177,7 @@ func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (
 		idle = 60 * time.Second
 	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
-		inFlight: 64, timeout: c.timeout, idle: idle, progress: progress, seed: seed,
+		inFlight: 64, timeout: c.timeout, idle: idle, progress: progress, seed: seed, rate: c.rate,
 		posted: &posted, faults: clock}, t.nc, t.p)
 	stopFault()
 	<-injected
@@ -286,13 +291,15 @@ func runAll(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	var progress io.Writer
-	if !c.asJSON {
-		progress = os.Stderr
-		fmt.Fprintf(os.Stderr, "gateway: %d messages over %d conversations, sessions in %s, NATS at %s\n",
-			c.messages, c.conversations, c.store, t.cfg.natsURL)
+	// Progress goes to standard error with --json too: standard output
+	// holds the summary alone.
+	load := fmt.Sprintf("%d messages", c.messages)
+	if c.rate > 0 {
+		load = fmt.Sprintf("%d messages (%g a second for %v, open loop)", c.messages, c.rate, c.duration)
 	}
-	s, err := t.drive(ctx, c.seed, progress)
+	fmt.Fprintf(os.Stderr, "gateway: %s over %d conversations, sessions in %s, NATS at %s\n",
+		load, c.conversations, c.store, t.cfg.natsURL)
+	s, err := t.drive(ctx, c.seed, os.Stderr)
 	kills := 0
 	if t.procs != nil {
 		t.procs.stop()
@@ -343,7 +350,7 @@ func runLoad(ctx context.Context, c config) error {
 		return err
 	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
-		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed}, nc, p)
+		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed, rate: c.rate}, nc, p)
 	if err != nil {
 		return err
 	}
@@ -429,6 +436,11 @@ func (w *workerProcs) chaos(ctx context.Context) {
 		w.kills++
 		cmd, err := w.spawn()
 		if err != nil {
+			if ctx.Err() != nil { // the run is being stopped: no replacement is wanted
+				w.procs = append(w.procs[:i], w.procs[i+1:]...)
+				w.mu.Unlock()
+				return
+			}
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			w.procs = append(w.procs[:i], w.procs[i+1:]...)
 		} else {

@@ -194,6 +194,11 @@ type summary struct {
 	CompletionP99ms    float64 `json:"completion_latency_p99_ms"`
 	PeakRSSMiB         float64 `json:"peak_rss_mib"`
 	Fault              *fault  `json:"fault,omitempty"`
+	// The latencies in full, a histogram each: from when a message was
+	// posted (a burst) or due (an open loop) to its delivery.
+	Reply      latencyStats `json:"reply_latency"`
+	Completion latencyStats `json:"completion_latency"`
+	OpenLoop   *openLoop    `json:"open_loop,omitempty"` // with --rate
 }
 
 func (s summary) ok() bool {
@@ -201,6 +206,10 @@ func (s summary) ok() bool {
 }
 
 func (s summary) String() string {
+	notPosted, lost := "the ingress refused them until the driver gave up", ""
+	if s.Interrupted {
+		notPosted, lost = "interrupted before they were posted, or while the ingress refused them", "   (not arrived when the run was interrupted)"
+	}
 	return fmt.Sprintf(`session store        %s
 conversations        %d
 messages sent        %d
@@ -209,23 +218,34 @@ delivered            %d
 misrouted            %d
 refused              %d   (expected %d: replies and completions of scoped messages sent without their scope)
 forged refused       %d   (notifications without a session signed by the gateway's key: never delivered)
-not posted           %d   (the ingress refused them until the driver gave up)
-lost                 %d
+not posted           %d   (%s)
+lost                 %d%s
 duplicates           %d   (shown twice in a chat)
 sent twice           %d   (by the router; the platform's idempotency key showed them once)
 tool saw another     %d   (child processes that read another conversation's session)
 downstream saw other %d
 throughput           %.0f messages/s   (%.1f s)
-reply latency        p50 %.1f ms   p99 %.1f ms
-completion latency   p50 %.1f ms   p99 %.1f ms
+reply latency        p50 %.1f ms   p90 %.1f ms   p99 %.1f ms   max %.1f ms
+completion latency   p50 %.1f ms   p90 %.1f ms   p99 %.1f ms   max %.1f ms
 peak RSS             %.0f MiB (this process)
-%s`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.ForgedRefused, s.NotPosted, s.Lost,
-		s.Duplicates, s.RouterResends, s.ToolMismatch, s.DownstreamMismatch, s.Throughput, s.Seconds, s.ReplyP50ms, s.ReplyP99ms,
-		s.CompletionP50ms, s.CompletionP99ms, s.PeakRSSMiB, s.notes())
+%s`, s.Store, s.Conversations, s.Sent, s.Expected, s.Delivered, s.Misrouted, s.Refused, s.ExpectedRefused, s.ForgedRefused, s.NotPosted, notPosted, s.Lost, lost,
+		s.Duplicates, s.RouterResends, s.ToolMismatch, s.DownstreamMismatch, s.Throughput, s.Seconds,
+		s.Reply.P50ms, s.Reply.P90ms, s.Reply.P99ms, s.Reply.MaxMs,
+		s.Completion.P50ms, s.Completion.P90ms, s.Completion.P99ms, s.Completion.MaxMs, s.PeakRSSMiB, s.notes())
 }
 
 func (s summary) notes() string {
 	var b strings.Builder
+	if s.Reply.Count > 0 {
+		fmt.Fprintf(&b, "reply latency histogram (%d replies)\n%s", s.Reply.Count, s.Reply.text("  "))
+	}
+	if o := s.OpenLoop; o != nil {
+		verdict := "sustained: everything delivered, reply p99 under 1 s"
+		if !o.Sustained {
+			verdict = "NOT sustained: reply p99 of 1 s or more, or deliveries missing"
+		}
+		fmt.Fprintf(&b, "open loop            %.0f messages/s offered for %.0f s: %s\n", o.Rate, o.Seconds, verdict)
+	}
 	if f := s.Fault; f != nil {
 		fmt.Fprintf(&b, "fault                %s at %.1f s: first delivery %.0f ms after it, longest pause %.0f ms; "+
 			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
@@ -309,7 +329,8 @@ type driverConfig struct {
 	inFlight      int           // concurrent posts to the ingress
 	timeout       time.Duration // for every expected delivery
 	idle          time.Duration // give up earlier when nothing new arrives for this long
-	progress      io.Writer     // a progress line per second; nil for none
+	progress      io.Writer     // progress while posting and waiting (progress.go); nil for none
+	rate          float64       // open loop: messages per second, each posted when due (openloop.go); 0: one burst
 	posted        *atomic.Int64 // if set, counts the messages the ingress accepted
 	faults        *faultClock   // if set, where a fault injector records what it did
 	seed          uint64
@@ -362,12 +383,34 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 
 	start := time.Now()
 	client := &http.Client{Timeout: 10 * time.Second}
-	sem := make(chan struct{}, cfg.inFlight)
+	inFlight := cfg.inFlight
+	if cfg.rate > 0 {
+		inFlight = max(inFlight, openLoopInFlight)
+	}
+	sem := make(chan struct{}, inFlight)
 	notPosted := make([]bool, len(msgs))
 	var postErr onceLog
 	postErr.who = "load"
 	var wg sync.WaitGroup
+	var posted, expected atomic.Int64 // for the progress reporter's goroutine
+	var posting atomic.Bool
+	posting.Store(true)
+	expected.Store(int64(sum.Expected))
+	stopProgress := startProgress(cfg.progress, func() progressState {
+		p.mu.Lock()
+		d := len(p.deliveries)
+		p.mu.Unlock()
+		refusedMu.Lock()
+		r := len(refused)
+		refusedMu.Unlock()
+		return progressState{posting: posting.Load(), posted: int(posted.Load()), total: len(msgs), delivered: d, expected: int(expected.Load()), refused: r}
+	})
+	defer stopProgress()
 	for i := range msgs {
+		if cfg.rate > 0 {
+			msgs[i].sentAt = due(start, i, cfg.rate)
+			waitUntil(ctx, msgs[i].sentAt)
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -376,14 +419,19 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 			notPosted[i] = true // interrupted before it was sent
 			continue
 		}
-		msgs[i].sentAt = time.Now()
+		if cfg.rate <= 0 {
+			msgs[i].sentAt = time.Now()
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout)); err != nil {
-				postErr.print(errors.New(strings.Replace(err.Error(), msgs[i].id, "a message", 1))) // once per kind
+				if ctx.Err() == nil { // after Ctrl-C every post in flight fails the same way: not news
+					postErr.print(errors.New(strings.Replace(err.Error(), msgs[i].id, "a message", 1))) // once per kind
+				}
 				notPosted[i] = true
 				return
 			}
+			posted.Add(1)
 			if cfg.posted != nil {
 				cfg.posted.Add(1)
 			}
@@ -401,8 +449,10 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 			sum.ExpectedRefused -= 1 + btoi(msgs[i].background)
 		}
 	}
+	expected.Store(int64(sum.Expected))
+	posting.Store(false)
 
-	// Wait for every expected delivery and refusal, printing progress.
+	// Wait for every expected delivery and refusal.
 	deadline := time.After(cfg.timeout)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -430,9 +480,6 @@ wait:
 		select {
 		case <-p.arrived:
 		case <-tick.C:
-			if cfg.progress != nil {
-				fmt.Fprintf(cfg.progress, "\rsent %d  delivered %d/%d  refused %d  %.0fs ", len(msgs), d, sum.Expected, r, time.Since(start).Seconds())
-			}
 		case <-deadline:
 			break wait
 		case <-ctx.Done():
@@ -446,9 +493,7 @@ wait:
 		time.Sleep(300 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	if cfg.progress != nil {
-		fmt.Fprintf(cfg.progress, "\r%60s\r", "")
-	}
+	stopProgress()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -510,6 +555,11 @@ wait:
 	sum.Throughput = float64(len(msgs)) / elapsed.Seconds()
 	sum.ReplyP50ms, sum.ReplyP99ms = percentile(replyLat, 50), percentile(replyLat, 99)
 	sum.CompletionP50ms, sum.CompletionP99ms = percentile(complLat, 50), percentile(complLat, 99)
+	sum.Reply, sum.Completion = newLatencyStats(replyLat), newLatencyStats(complLat)
+	if cfg.rate > 0 {
+		sum.OpenLoop = &openLoop{Rate: cfg.rate, Seconds: float64(len(msgs)) / cfg.rate,
+			Sustained: sum.ok() && sum.Delivered == sum.Expected && sum.Reply.P99ms < float64(sustainableP99.Milliseconds())}
+	}
 	sum.PeakRSSMiB = peakRSSMiB()
 	sum.RouterResends = p.resent
 	if what, at := cfg.faults.get(); !at.IsZero() {

@@ -32,12 +32,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -76,6 +75,8 @@ type config struct {
 	node          nodeConfig // role nats-node
 	asJSON        bool
 	seed          uint64
+	rate          float64               // open loop: messages per second (0: one burst)
+	duration      time.Duration         // open loop: how long to post at rate
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
 	key           sessionprop.Key       // the gateway signs with it, workers verify with it
 }
@@ -86,13 +87,20 @@ type config struct {
 const demoKey = "sessionwire demo key: not a secret, set SESSIONWIRE_SIGNING_KEY"
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		if err == errInterrupted {
-			os.Exit(130) // as a shell reports a command ended by Ctrl-C
-		}
-		if err != errFailed {
-			fmt.Fprintln(os.Stderr, "gateway:", err)
-		}
+	err := run(os.Args[1:])
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Print(helpText())
+	case errors.Is(err, errInterrupted):
+		os.Exit(130) // as a shell reports a command ended by Ctrl-C
+	case errors.Is(err, errFailed):
+		os.Exit(1)
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(os.Stderr, "gateway: %v\nRun 'gateway --help' for every flag, with an example of each.\n", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
 }
@@ -105,9 +113,37 @@ var errFailed = fmt.Errorf("the run misrouted, lost or duplicated deliveries")
 // what happened until then was printed.
 var errInterrupted = fmt.Errorf("interrupted")
 
+// usageError is a command line that makes no sense: exit status 2, and
+// nothing was started.
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
 func parseFlags(args []string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs, keyID, trust := newFlagSet(&c)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			return c, usagef("unknown flag --%s", name)
+		}
+		return c, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return c, usagef("unexpected argument %q: the gateway takes flags only (such as --messages 600)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return c, c.finish(set, *keyID, *trust)
+}
+
+// newFlagSet declares every flag into c; the help text (cli.go) adds an
+// example to each.
+func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
+	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and --help are printed by main, once
 	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway, worker, router, load (tool and nats-node are internal)")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server or cluster URL; empty starts an embedded server (role all only)")
 	fs.StringVar(&c.store, "session-store", storeBaggage, "where workers keep a job's session: baggage (sessionwire), env (the original bug) or off (no session: routing from the job body)")
@@ -135,49 +171,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.node.storeDir, "node-store", "", "role nats-node: the JetStream store directory")
 	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
-	keyID := fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
-	trust := fs.String("trust", "loopback", "peers the downstream service (role load) accepts a session from: loopback, or comma-separated CIDRs such as 10.1.0.0/16")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	c.key = sessionprop.Key{ID: *keyID, Secret: []byte(demoKey)}
-	if secret := os.Getenv("SESSIONWIRE_SIGNING_KEY"); secret != "" {
-		c.key.Secret = []byte(secret)
-	}
-	if c.trust = sessionprop.TrustLoopback(); *trust != "loopback" {
-		var prefixes []netip.Prefix
-		for _, s := range strings.Split(*trust, ",") {
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				return c, fmt.Errorf("--trust: %w", err)
-			}
-			prefixes = append(prefixes, p)
-		}
-		c.trust = sessionprop.TrustPrefixes(prefixes...)
-	}
-	switch {
-	case c.store != storeBaggage && c.store != storeEnv && c.store != storeOff:
-		return c, fmt.Errorf("--session-store must be baggage, env or off, not %q", c.store)
-	case c.downstream != downstreamHTTP && c.downstream != downstreamGRPC:
-		return c, fmt.Errorf("--downstream must be http or grpc (how workers call the downstream service), not %q", c.downstream)
-	case c.messages < 1 || c.conversations < 1 || c.conversations > c.messages*4:
-		return c, fmt.Errorf("--messages and --conversations must be positive")
-	case c.workers < 1 || c.concurrency < 1:
-		return c, fmt.Errorf("--workers and --concurrency must be positive")
-	case c.role != "all" && c.role != "tool" && c.role != "nats-node" && c.natsURL == "":
-		return c, fmt.Errorf("--role %s needs --nats-url", c.role)
-	case c.natsNodes != 0 && c.natsNodes < 3:
-		return c, fmt.Errorf("--nats-cluster needs at least 3 servers (a majority must survive a lost one), not %d", c.natsNodes)
-	case c.natsNodes != 0 && c.natsURL != "":
-		return c, fmt.Errorf("--nats-cluster starts its own servers: drop --nats-url")
-	case c.layout.replicas < 0 || c.layout.replicas > 5:
-		return c, fmt.Errorf("--replicas must be between 0 and 5 (JetStream's limit), not %d", c.layout.replicas)
-	case c.fault != "" && !slices.Contains(faultNames, c.fault):
-		return c, fmt.Errorf("--fault must be one of %s, not %q", strings.Join(faultNames, ", "), c.fault)
-	case strings.HasPrefix(c.fault, "nats-") && c.natsNodes == 0:
-		return c, fmt.Errorf("--fault %s kills a NATS server: it needs --nats-cluster 3", c.fault)
-	}
-	return c, nil
+	fs.Float64Var(&c.rate, "rate", 0, "open loop: post this many messages per second, on schedule whatever the replies do, for --duration (0: one burst of --messages)")
+	fs.DurationVar(&c.duration, "duration", 0, "open loop: how long to post at --rate (default 30s with --rate)")
+	keyID = fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
+	trust = fs.String("trust", "loopback", "peers the downstream service (role load) accepts a session from: loopback, or comma-separated CIDRs such as 10.1.0.0/16")
+	return fs, keyID, trust
 }
 
 func run(args []string) error {

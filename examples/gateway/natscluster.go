@@ -210,6 +210,11 @@ func (c *natsCluster) stop() {
 func spawnReady(role string, args ...string) (*exec.Cmd, string, error) {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stderr = os.Stderr
+	// Its own process group: a Ctrl-C on the terminal reaches this process
+	// alone, which then stops its children in order (workers and router
+	// before the NATS servers they use), instead of every process dying at
+	// once and the survivors printing pages of connection errors.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", fmt.Errorf("start a %s process: %w", role, err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,6 +161,9 @@ func (w *worker) work(ctx context.Context, j job) error {
 		cmd.Env = os.Environ() // the original inherited the process environment
 	}
 	cmd.Stderr = os.Stderr
+	// Its own process group, as every child of the gateway: a Ctrl-C on the
+	// terminal reaches the gateway alone, which ends its work in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.Output()
 	span.End()
 	if err != nil {

@@ -63,6 +63,21 @@ type traceConfig struct {
 	asJSON   bool
 }
 
+func init() {
+	register("trace", command{
+		summary: "a conversation's journey through Jaeger: its hops, sessions and routes, and what went wrong",
+		usage:   traceUsage,
+		run: func(e env) int {
+			args := e.args
+			if e.asJSON { // sessionctl --json trace …
+				args = append([]string{"--json"}, args...)
+			}
+			return runTrace(args, e.stdout, e.stderr)
+		},
+		flags: func(fs *flag.FlagSet) { var c traceConfig; var service string; traceFlags(fs, &c, &service) },
+	})
+}
+
 func runTrace(args []string, stdout, stderr io.Writer) int {
 	var c traceConfig
 	fs := flag.NewFlagSet("sessionctl trace", flag.ContinueOnError)
@@ -71,31 +86,43 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, traceUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.jaeger, "jaeger", "", "base URL of Jaeger's query service, such as http://127.0.0.1:16686")
-	fs.StringVar(&c.file, "file", "", "read a saved answer of Jaeger's /api/traces (JSON) instead of asking Jaeger")
-	fs.StringVar(&c.chat, "chat", "", "only the traces of this chat id (session.chat_id)")
-	fs.StringVar(&c.thread, "thread", "", "only the traces of this thread id (session.thread_id)")
-	fs.StringVar(&c.session, "session", "", "only the traces of this session key (session.key, the conversation id)")
-	service := fs.String("service", "", "comma-separated services to search; default: every service Jaeger knows")
-	fs.DurationVar(&c.lookback, "lookback", time.Hour, "how far back to search, such as 15m or 2h")
-	fs.IntVar(&c.limit, "limit", 1000, "most traces to read per service")
-	fs.BoolVar(&c.check, "check", false, "exit with status 1 if anything is flagged (for CI after a load)")
-	fs.StringVar(&c.html, "html", "", "also write a self-contained timeline page to this file")
-	fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of text")
+	var service string
+	traceFlags(fs, &c, &service)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *service != "" {
-		for _, s := range strings.Split(*service, ",") {
+	if service != "" {
+		for _, s := range strings.Split(service, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				c.services = append(c.services, s)
 			}
 		}
 	}
-	if err := c.validate(fs.Args()); err != nil {
+	return c.runChecked(fs.Args(), stdout, stderr)
+}
+
+// traceFlags declares the trace command's flags into fs.
+func traceFlags(fs *flag.FlagSet, c *traceConfig, service *string) {
+	fs.StringVar(&c.jaeger, "jaeger", "", "base URL of Jaeger's query service, such as http://127.0.0.1:16686")
+	fs.StringVar(&c.file, "file", "", "read a saved answer of Jaeger's /api/traces (JSON) instead of asking Jaeger")
+	fs.StringVar(&c.chat, "chat", "", "only the traces of this chat id (session.chat_id)")
+	fs.StringVar(&c.thread, "thread", "", "only the traces of this thread id (session.thread_id)")
+	fs.StringVar(&c.session, "session", "", "only the traces of this session key (session.key, the conversation id)")
+	fs.StringVar(service, "service", "", "comma-separated services to search; default: every service Jaeger knows")
+	fs.DurationVar(&c.lookback, "lookback", time.Hour, "how far back to search, such as 15m or 2h")
+	fs.IntVar(&c.limit, "limit", 1000, "most traces to read per service")
+	fs.BoolVar(&c.check, "check", false, "exit with status 1 if anything is flagged (for CI after a load)")
+	fs.StringVar(&c.html, "html", "", "also write a self-contained timeline page to this file")
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of text")
+}
+
+// runChecked validates the parsed flags and args, then reads the traces and
+// reports them.
+func (c *traceConfig) runChecked(args []string, stdout, stderr io.Writer) int {
+	if err := c.validate(args); err != nil {
 		fmt.Fprintln(stderr, "sessionctl trace:", err)
 		fmt.Fprintln(stderr, "run 'sessionctl trace --help' for the flags")
 		return 2
@@ -108,7 +135,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		traces, err = (&jaegerClient{base: strings.TrimRight(c.jaeger, "/"), http: &http.Client{Timeout: 30 * time.Second}}).find(ctx, c)
+		traces, err = (&jaegerClient{base: strings.TrimRight(c.jaeger, "/"), http: &http.Client{Timeout: 30 * time.Second}}).find(ctx, *c)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sessionctl trace:", err)

@@ -1,7 +1,7 @@
 package main
 
 // The end-to-end check of traces: a real Jaeger v2 (built by
-// collector-config/jaegertool/build.sh, path in SESSIONWIRE_JAEGER) receives
+// collector-config/jaegertool/build.sh; see jaegerBinary) receives
 // the flow's spans over OTLP/HTTP, and its query API is asked for one
 // message's thread.
 
@@ -89,13 +89,7 @@ func (s jaegerSpan) tag(key string) (string, bool) {
 }
 
 func startJaeger(t *testing.T) (otlp, query string) {
-	bin := os.Getenv("SESSIONWIRE_JAEGER")
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("SESSIONWIRE_JAEGER is not set: .ci/run builds Jaeger with collector-config/jaegertool/build.sh and exports its path")
-		}
-		t.Skip("set SESSIONWIRE_JAEGER=$(collector-config/jaegertool/build.sh) to run the Jaeger end-to-end test")
-	}
+	bin := jaegerBinary(t)
 	otlp, query = freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--config=file:"+filepath.Join("..", "..", "collector-config", "jaeger.yaml"))

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,27 +48,93 @@ type nodeResponse struct {
 var (
 	nodeOnce sync.Once
 	nodePath string
-	nodeErr  error // set when node_modules is not what js/package.json pins
-	noNode   error // set when node is not on PATH
+	nodeErr  error // set when the pinned packages are not installed and could not be
+	noNode   error // set when there is no usable Node.js
 )
 
-// node returns the path of the node binary, skipping the test when there is
-// none and failing it when the pinned JavaScript packages are not installed.
+// node returns the path of the node binary. The first call installs the
+// pinned JavaScript packages from the lockfile when they are missing or
+// stale, so that `go test ./...` on a fresh clone needs nothing done by
+// hand. Without Node.js (or with one older than 20.6) the tests are skipped,
+// saying why, except in CI (CI=true), where they must run.
 func node(t *testing.T) string {
 	t.Helper()
 	nodeOnce.Do(func() {
-		nodePath, noNode = exec.LookPath("node")
+		nodePath, noNode = usableNode()
 		if noNode == nil {
-			nodeErr = checkInstalled()
+			nodeErr = ensureInstalled()
 		}
 	})
 	if noNode != nil {
-		t.Skipf("node is not on PATH (%v): these tests run the OpenTelemetry JavaScript SDK on Node.js 20", noNode)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v; CI must run the interoperability tests: install Node.js >= 20.6 with npm", noNode)
+		}
+		t.Skipf("%v: these tests run the OpenTelemetry JavaScript SDK on Node.js >= 20.6 (install it, with npm, to run them)", noNode)
 	}
 	if nodeErr != nil {
 		t.Fatal(nodeErr)
 	}
 	return nodePath
+}
+
+// usableNode finds node, and npm beside it, and checks the version the
+// pinned @opentelemetry/core needs.
+func usableNode() (string, error) {
+	bin, err := exec.LookPath("node")
+	if err != nil {
+		return "", fmt.Errorf("node is not on PATH (%w)", err)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "v%d.%d", &major, &minor); err != nil {
+		return "", fmt.Errorf("%s --version printed %q: %w", bin, out, err)
+	}
+	if major < 20 || major == 20 && minor < 6 {
+		return "", fmt.Errorf("node %s is too old (@opentelemetry/core 2.12.1 needs >= 20.6)", strings.TrimSpace(string(out)))
+	}
+	return bin, nil
+}
+
+// installTimeout bounds `npm ci`: it downloads two small packages.
+const installTimeout = 5 * time.Minute
+
+// ensureInstalled installs the packages js/package-lock.json pins with
+// `npm ci`, unless node_modules already holds them. A lock file serialises
+// concurrent test runs (two `go test` invocations, or a developer's and an
+// editor's): the second waits and then finds the packages installed.
+func ensureInstalled() error {
+	if checkInstalled() == nil {
+		return nil
+	}
+	lock, err := os.OpenFile(filepath.Join(jsDir, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("install the JavaScript packages: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("install the JavaScript packages: lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing releases it too
+	if checkInstalled() == nil {
+		return nil // another run installed them while this one waited
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return fmt.Errorf("the pinned JavaScript packages are not installed and npm is not on PATH (%w): install npm beside node", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = jsDir
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("install the pinned JavaScript packages with `npm ci` in propagation/interop/js: %w\n%s", err, out)
+	}
+	return checkInstalled()
 }
 
 // checkInstalled compares node_modules with the exact versions js/package.json

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cliEnv makes the test binary run main(), so that these tests run the
+// gateway as a user does: its flags, its output streams, its exit status.
+const cliEnv = "SESSIONWIRE_GATEWAY_CLI"
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// gateway runs the gateway with args, within limit, and returns what it did.
+func gateway(t *testing.T, limit time.Duration, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), cliEnv+"=1", "SESSIONWIRE_PROGRESS_EVERY=500ms")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	require.NoError(t, ctx.Err(), "gateway %v did not end within %v; stderr:\n%s", args, limit, errOut.String())
+	return cliResult{code, out.String(), errOut.String()}
+}
+
+func TestHelpExplainsEveryFlag(t *testing.T) {
+	var c config
+	fs, _, _ := newFlagSet(&c)
+	fs.VisitAll(func(f *flag.Flag) {
+		assert.NotEmpty(t, flagExamples[f.Name], "--%s has no example in flagExamples", f.Name)
+	})
+	for name := range flagExamples {
+		assert.NotNil(t, fs.Lookup(name), "flagExamples names --%s, which is not a flag", name)
+	}
+
+	for _, arg := range []string{"--help", "-h"} {
+		r := gateway(t, 30*time.Second, arg)
+		assert.Equal(t, 0, r.code, arg)
+		assert.Empty(t, r.stderr, arg)
+		fs.VisitAll(func(f *flag.Flag) {
+			assert.Contains(t, r.stdout, "  --"+f.Name, arg)
+		})
+		assert.Equal(t, strings.Count(r.stdout, "\n  --"), strings.Count(r.stdout, "\n      e.g. "), "one example per flag")
+		assert.Contains(t, r.stdout, "Exit status")
+	}
+}
+
+// A command line that makes no sense is refused with a sentence, exit
+// status 2, before anything starts.
+func TestCommandLineErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "unknown flag --bogus"},
+		{[]string{"--messages", "600", "stray"}, `unexpected argument "stray"`},
+		{[]string{"--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"--timeout", "-5s"}, "--timeout must be positive"},
+		{[]string{"--think", "-1ms"}, "--think must be 0s or more"},
+		{[]string{"--ack-wait", "0s"}, "--ack-wait must be positive"},
+		{[]string{"--messages", "10", "--conversations", "20"}, "--conversations 20 is more than --messages 10"},
+		{[]string{"--messages", "0"}, "--messages must be at least 1"},
+		{[]string{"--trust", "10.0.0.0/33"}, `"10.0.0.0/33" is not a network prefix`},
+		{[]string{"--trust", "10.1.2.3/16"}, "has host bits set"},
+		{[]string{"--rate", "-2"}, "--rate must be a positive number"},
+		{[]string{"--duration", "5s"}, "give --rate too"},
+		{[]string{"--duration", "-5s", "--rate", "3"}, "--duration must be positive"},
+		{[]string{"--rate", "10", "--messages", "100"}, "choose one load"},
+		{[]string{"--rate", "10", "--duration", "10s", "--timeout", "5s"}, "must be longer than --duration"},
+		{[]string{"--role", "janitor"}, "--role must be one of"},
+		{[]string{"--messages", "x"}, "invalid value"},
+	} {
+		start := time.Now()
+		r := gateway(t, 30*time.Second, tc.args...)
+		assert.Equal(t, 2, r.code, "%v", tc.args)
+		assert.Contains(t, r.stderr, tc.want, "%v", tc.args)
+		assert.Contains(t, r.stderr, "gateway --help", "%v: points to the help", tc.args)
+		assert.Empty(t, r.stdout, "%v", tc.args)
+		assert.NotContains(t, r.stderr, "NATS at", "%v: nothing was started", tc.args)
+		assert.Less(t, time.Since(start), 20*time.Second)
+	}
+}
+
+// --json: standard output is the summary alone; progress still goes to
+// standard error, as plain lines when it is not a terminal.
+func TestJSONKeepsStdoutClean(t *testing.T) {
+	r := gateway(t, 3*time.Minute, "--messages", "80", "--conversations", "16", "--think", "100ms", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var s summary
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	require.NoError(t, dec.Decode(&s), "stdout is one JSON document:\n%s", r.stdout)
+	assert.False(t, dec.More(), "nothing after the JSON summary")
+	assert.Equal(t, 80, s.Sent)
+	assert.Equal(t, s.Expected, s.Delivered)
+	assert.NotContains(t, r.stderr, "\r", "no carriage returns when standard error is not a terminal")
+	assert.Contains(t, r.stderr, "progress ", "progress is reported on standard error")
+	assert.Regexp(t, `progress +[0-9]+s  (posting: [0-9]+/80 sent|waiting: delivered [0-9]+/[0-9]+)`, r.stderr)
+}
+
+// The open loop posts rate × duration messages on schedule and reports the
+// latency in full.
+func TestOpenLoop(t *testing.T) {
+	r := gateway(t, 3*time.Minute, "--rate", "40", "--duration", "2s", "--conversations", "20", "--think", "1ms", "--json")
+	require.Contains(t, []int{0, 1}, r.code, r.stderr)
+	var s summary
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &s))
+	assert.Equal(t, 80, s.Sent)
+	require.NotNil(t, s.OpenLoop)
+	assert.Equal(t, 40.0, s.OpenLoop.Rate)
+	assert.Zero(t, s.Lost+s.Misrouted+s.Duplicates)
+	n := 0
+	for _, b := range s.Reply.Histogram {
+		n += b.Count
+	}
+	assert.Equal(t, s.Reply.Count, n, "the histogram holds every reply")
+	assert.Equal(t, s.Reply.P99ms < 1000 && s.Delivered == s.Expected, s.OpenLoop.Sustained)
+	assert.Contains(t, s.String(), "reply latency histogram")
+	assert.Contains(t, s.String(), "open loop            40 messages/s offered for 2 s")
+}
+
+func TestLatencyStats(t *testing.T) {
+	ms := []float64{5, 15, 15, 150, 150, 150, 700, 30000}
+	s := newLatencyStats(ms)
+	assert.Equal(t, 8, s.Count)
+	assert.Equal(t, 30000.0, s.MaxMs)
+	assert.Equal(t, []hbucket{{0, 10, 1}, {10, 20, 2}, {20, 50, 0}, {50, 100, 0}, {100, 200, 3}, {200, 500, 0},
+		{500, 1000, 1}, {1000, 2000, 0}, {2000, 5000, 0}, {5000, 10000, 0}, {10000, 20000, 0}, {20000, 50000, 1}}, s.Histogram)
+	text := s.text("")
+	assert.Contains(t, text, "100ms – 200ms       3  ########################################")
+	assert.Contains(t, newLatencyStats([]float64{60000}).text(""), "50s or more")
+	assert.Empty(t, newLatencyStats(nil).Histogram)
+	start := time.Now()
+	assert.Equal(t, start.Add(2500*time.Millisecond), due(start, 100, 40))
+}
+
+// Ctrl-C on a terminal signals the whole foreground process group. The
+// gateway alone must take it: it prints what happened so far, stops every
+// process it started, and exits 130, without pages of errors.
+func TestCtrlCStopsEverything(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--chaos", "--workers", "2", "--messages", "3000", "--think", "50ms")
+	cmd.Env = append(os.Environ(), cliEnv+"=1", "SESSIONWIRE_PROGRESS_EVERY=500ms")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group, as a shell's job
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	errPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	var stderr []string
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// Wait until the load is being delivered, with the workers running.
+	deadline := time.After(2 * time.Minute)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "the gateway ended early:\n%s", strings.Join(stderr, "\n"))
+			stderr = append(stderr, l)
+			if strings.Contains(l, "delivered") && !strings.Contains(l, "delivered 0/") {
+				break wait
+			}
+		case <-deadline:
+			t.Fatalf("no delivery within 2 minutes:\n%s", strings.Join(stderr, "\n"))
+		}
+	}
+	family := descendants(cmd.Process.Pid)
+	require.NotEmpty(t, family, "the worker processes")
+	before := len(stderr)                                              // what a loaded machine printed before is not the Ctrl-C's
+	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)) // what a terminal does
+	done := make(chan error, 1)
+	go func() {
+		for l := range lines {
+			stderr = append(stderr, l)
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the gateway did not stop within a minute of Ctrl-C:\n%s", strings.Join(stderr, "\n"))
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 130, exit.ExitCode())
+	assert.Contains(t, out.String(), "interrupted          the run was stopped before it finished")
+	assert.Contains(t, out.String(), "messages sent        3000")
+	var noise []string
+	for _, l := range stderr[before:] {
+		if !strings.HasPrefix(l, "progress ") && !strings.HasPrefix(l, "gateway: 3000 messages") && !strings.HasPrefix(l, "chaos: ") {
+			noise = append(noise, l)
+		}
+	}
+	assert.LessOrEqual(t, len(noise), 3, "Ctrl-C printed more than a few lines of errors:\n%s", strings.Join(noise, "\n"))
+	// Every process the gateway started has ended.
+	gone := func() bool {
+		for _, pid := range family {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	}
+	assert.Eventually(t, gone, 3*time.Second, 100*time.Millisecond, "processes left running after the gateway exited: %v", family)
+}
+
+// descendants lists the processes below pid (Linux /proc).
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		p, _ := strconv.Atoi(strings.Fields(s)[0])
+		pp, _ := strconv.Atoi(fields[1])
+		children[pp] = append(children[pp], p)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid is a running process (a zombie has ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+const verifyUsage = `usage: sessionctl [--json] verify (--key-file FILE | --key-env VARIABLE) [--key-id ID]
+                          [--message-id ID] [--max-age DURATION] LINE [LINE...]
+
+Checks the signature (session.sig) of the session in one or more baggage
+header lines with a key, as a service that trusts no peer would, and shows the
+signature's key id, when it was issued and how old it is, what it covers, and
+why it fails. Exit status 0 only when the session would be accepted on its
+signature alone.
+
+The key's secret is read from a file (its whole content, one trailing newline
+removed) or from an environment variable, never from the command line, where
+other users of the machine could read it in the process list.
+
+  sessionctl verify --key-env SESSIONWIRE_SIGNING_KEY "$BAGGAGE_HEADER"
+  sessionctl verify --key-file /run/secrets/session-key --key-id 2026-12 \
+      --message-id 30000042 "$NATS_BAGGAGE_HEADER"`
+
+func verifyFlags(fs *flag.FlagSet) (keyFile, keyEnv, keyID, messageID *string, maxAge *time.Duration) {
+	keyFile = fs.String("key-file", "", "read the key's secret from `FILE`, e.g. --key-file /run/secrets/session-key")
+	keyEnv = fs.String("key-env", "", "read the key's secret from the environment `VARIABLE`, e.g. --key-env SESSIONWIRE_SIGNING_KEY")
+	keyID = fs.String("key-id", "", "the key's `ID`, e.g. --key-id 2026-12 (default: the id the signature names, so only the secret is checked)")
+	messageID = fs.String("message-id", "", "the message `ID` the signature is bound to where the transport has one (NATS: the Nats-Msg-Id header), e.g. --message-id 30000042")
+	maxAge = fs.Duration("max-age", propagation.DefaultMaxAge, "how old a signature may be, e.g. --max-age 10m")
+	return
+}
+
+func init() {
+	register("verify", command{
+		summary: "check a session's signature with a key: key id, age, what it covers, why it fails",
+		usage:   verifyUsage,
+		flags:   func(fs *flag.FlagSet) { verifyFlags(fs) },
+		run:     runVerify,
+	})
+}
+
+// verifyReport is what verify prints.
+type verifyReport struct {
+	Signature  string    `json:"signature,omitempty"`   // the session.sig value as received
+	KeyID      string    `json:"key_id,omitempty"`      // the key the signature names
+	VerifyKey  string    `json:"verify_key_id"`         // the key it was checked with
+	IssuedAt   time.Time `json:"issued_at,omitzero"`    // as the signature says
+	AgeSeconds float64   `json:"age_seconds,omitempty"` // negative: issued in the future
+	MaxAge     string    `json:"max_age"`
+	MessageID  string    `json:"message_id,omitempty"`
+	// Covers lists what the MAC is computed over: every remote session key,
+	// present, Cleared or absent (an absent one is covered as absent).
+	Covers   []coveredKey `json:"covers"`
+	Verified bool         `json:"verified"`
+	Reason   string       `json:"reason,omitempty"` // why not
+	Problems []string     `json:"problems,omitempty"`
+}
+
+type coveredKey struct {
+	Key   string `json:"key"`
+	State string `json:"state"` // set, cleared, absent
+	Value string `json:"value,omitempty"`
+}
+
+func runVerify(e env) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {}
+	keyFile, keyEnv, keyID, messageID, maxAge := verifyFlags(fs)
+	if err := fs.Parse(e.args); err != nil {
+		return e.usageError("verify", "%v", err)
+	}
+	lines := fs.Args()
+	switch {
+	case len(lines) == 0:
+		return e.usageError("verify", "give at least one baggage header line")
+	case (*keyFile == "") == (*keyEnv == ""):
+		return e.usageError("verify", "give the key with exactly one of --key-file or --key-env")
+	case *maxAge <= 0:
+		return e.usageError("verify", "--max-age must be positive, not %v", *maxAge)
+	}
+	var secret []byte
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "sessionctl verify: read the key: %v\n", err)
+			return exitUsage
+		}
+		secret = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+	} else {
+		v, ok := e.lookupEnv(*keyEnv)
+		if !ok || v == "" {
+			fmt.Fprintf(e.stderr, "sessionctl verify: the environment variable %s is not set or empty\n", *keyEnv)
+			return exitUsage
+		}
+		secret = []byte(v)
+	}
+
+	r := verifyReport{MaxAge: maxAge.String(), MessageID: *messageID}
+	var members []baggage.Member
+	h := http.Header{}
+	for i, line := range lines {
+		h.Add("baggage", line)
+		b, err := baggage.Parse(line)
+		if err != nil && b.Len() == 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("line %d is not baggage: %v", i+1, err))
+		}
+		members = append(members, b.Members()...)
+	}
+	raw, _ := baggage.New(members...)
+	sig := raw.Member(otelsession.SignatureKey).Value()
+	r.Signature = sig
+	if kid, ts, ok := signatureParts(sig); ok {
+		r.KeyID, r.IssuedAt = kid, time.Unix(ts, 0).UTC()
+		r.AgeSeconds = time.Since(r.IssuedAt).Truncate(time.Second).Seconds()
+	}
+	r.VerifyKey = *keyID
+	if r.VerifyKey == "" {
+		r.VerifyKey = r.KeyID
+	}
+	for _, s := range otelsession.Specs() {
+		if !s.Signed {
+			continue
+		}
+		m := raw.Member(s.Key)
+		c := coveredKey{Key: s.Key, State: "absent"}
+		switch {
+		case m.Key() == "":
+		case m.Value() == "\x00":
+			c.State = "cleared"
+		default:
+			c.State, c.Value = "set", m.Value()
+		}
+		r.Covers = append(r.Covers, c)
+	}
+
+	key := propagation.Key{ID: r.VerifyKey, Secret: secret}
+	if key.ID == "" {
+		key.ID = "unnamed" // no signature to take an id from: the check below says so
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{key}, propagation.WithMaxAge(*maxAge))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sessionctl verify: the key cannot verify anything: %v\n", err)
+		return exitUsage
+	}
+	// The whole inbound check of a service that trusts no peer: the
+	// signature, and the values it covers.
+	policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
+	got, err := policy.Extract(context.Background(), otelprop.Baggage{}, otelprop.HeaderCarrier(h),
+		propagation.Peer{Transport: "sessionctl", MessageID: *messageID})
+	switch {
+	case err != nil:
+		r.Reason = explainSignature(err, r, *messageID)
+		for _, e := range unjoin(err) {
+			r.Problems = append(r.Problems, e.Error())
+		}
+	case sig == "":
+		r.Reason = "the session is not signed (no session.sig member): a service that trusts no peer strips an unsigned session"
+	case !propagation.HasSession(baggage.FromContext(got)):
+		r.Reason = "the signature was not accepted: the receiver would see no session"
+	default:
+		r.Verified = true
+	}
+	if r.Verified && len(r.Problems) > 0 {
+		r.Verified, r.Reason = false, "part of the input is not baggage"
+	}
+
+	if e.asJSON {
+		if err := writeJSON(e.stdout, r); err != nil {
+			fmt.Fprintln(e.stderr, "sessionctl: write JSON:", err)
+			return exitUsage
+		}
+	} else {
+		printVerify(e, r)
+	}
+	if !r.Verified {
+		return exitNo
+	}
+	return exitYes
+}
+
+// explainSignature turns the policy's error into a sentence for someone who
+// has never read the signature format.
+func explainSignature(err error, r verifyReport, messageID string) string {
+	switch {
+	case errors.Is(err, propagation.ErrUnknownKey):
+		return fmt.Sprintf("the signature names key %q, and the key given is %q: sign and verify with the same key id, or pass --key-id", r.KeyID, r.VerifyKey)
+	case errors.Is(err, propagation.ErrSignatureExpired):
+		if r.AgeSeconds < 0 {
+			return fmt.Sprintf("the signature was issued %v in the future: the signer's clock is ahead", time.Duration(-r.AgeSeconds)*time.Second)
+		}
+		return fmt.Sprintf("the signature is %v old, older than --max-age %s: a captured session cannot be replayed after that", time.Duration(r.AgeSeconds)*time.Second, r.MaxAge)
+	case errors.Is(err, propagation.ErrBadSignature) && strings.Contains(err.Error(), "malformed"):
+		return "the session.sig value is not a signature of the form v1.<key id>.<unix seconds>.<MAC>"
+	case errors.Is(err, propagation.ErrBadSignature):
+		why := "the MAC does not match: the secret differs, or a covered member was changed, added or removed"
+		if messageID == "" {
+			why += ", or the signature is bound to a message id (give it with --message-id)"
+		} else {
+			why += fmt.Sprintf(", or the signature belongs to another message than %q", messageID)
+		}
+		return why
+	}
+	return "the session itself is refused before its signature matters (see the problems)"
+}
+
+// signatureParts reads the key id and issue time of a v1 signature for
+// display only; the verdict is the Verifier's.
+func signatureParts(sig string) (kid string, ts int64, ok bool) {
+	parts := strings.Split(sig, ".")
+	if len(parts) != 4 || parts[0] != "v1" {
+		return "", 0, false
+	}
+	ts, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return parts[1], ts, true
+}
+
+func printVerify(e env, r verifyReport) {
+	w := e.stdout
+	if r.Signature == "" {
+		fmt.Fprintln(w, "signature      (none)")
+	} else {
+		fmt.Fprintf(w, "signature      %s\n", r.Signature)
+	}
+	if r.KeyID != "" {
+		fmt.Fprintf(w, "key id         %s (checked with key %q)\n", r.KeyID, r.VerifyKey)
+		age := time.Duration(r.AgeSeconds) * time.Second
+		when := fmt.Sprintf("%v ago", age)
+		if age < 0 {
+			when = fmt.Sprintf("%v in the future", -age)
+		}
+		fmt.Fprintf(w, "issued         %s (%s; the limit is %s)\n", r.IssuedAt.Format(time.RFC3339), when, r.MaxAge)
+	}
+	if r.MessageID != "" {
+		fmt.Fprintf(w, "message id     %s (the signature must be bound to it)\n", r.MessageID)
+	} else {
+		fmt.Fprintln(w, "message id     (none: checked as a signature not bound to a message, as over HTTP)")
+	}
+	var set, cleared, absent []string
+	for _, c := range r.Covers {
+		switch c.State {
+		case "set":
+			set = append(set, c.Key)
+		case "cleared":
+			cleared = append(cleared, c.Key)
+		default:
+			absent = append(absent, c.Key)
+		}
+	}
+	fmt.Fprintf(w, "covers         the key id, the issue time, the message id and every session key as it travels:\n")
+	fmt.Fprintf(w, "                 set (%d): %s\n", len(set), orNone(set))
+	fmt.Fprintf(w, "                 cleared (%d): %s\n", len(cleared), orNone(cleared))
+	fmt.Fprintf(w, "                 absent (%d, covered as absent: adding one breaks the signature)\n", len(absent))
+	fmt.Fprintln(w, "               other baggage members are not covered and may change freely")
+	if r.Verified {
+		fmt.Fprintln(w, "\nverified: a service that trusts no peer would accept this session")
+		return
+	}
+	fmt.Fprintf(w, "\nnot verified: %s\n", r.Reason)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
