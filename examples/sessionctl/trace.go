@@ -44,9 +44,7 @@ Examples:
 
 Exit status: 0 when the traces were read (and, with --check, nothing was
 flagged), 1 when --check found an anomaly, 2 on a usage error or when Jaeger
-could not be read.
-
-Flags:`
+could not be read.`
 
 // traceConfig is what the flags ask for.
 type traceConfig struct {
@@ -83,7 +81,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sessionctl trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, traceUsage)
+		fmt.Fprintln(stderr, traceUsage+"\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var service string

@@ -144,7 +144,8 @@ func TestTraceUsageErrors(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	assert.Equal(t, 0, run([]string{"trace", "--help"}, &out, &errOut, noEnv))
-	assert.Contains(t, errOut.String(), "session-stripped")
+	assert.Contains(t, out.String(), "session-stripped", "help goes to standard output, as for every command")
+	assert.Contains(t, out.String(), "-lookback duration", "with the flags")
 }
 
 // span describes one span of a constructed trace.
