@@ -125,26 +125,20 @@ func (c *redactor) hash(v string) string {
 
 // visitFields is visit over fields only.
 func (c *redactor) visitFields(ctx context.Context, fields []otelsession.Field, fn func(f otelsession.Field, v string)) {
-	otelsession.RangeFields(ctx, fields, func(f otelsession.Field, v string, st otelsession.State) bool {
-		switch st {
-		case otelsession.Cleared:
-			if c.action[f] != Drop {
-				fn(f, "")
-			}
-		case otelsession.Set:
-			if out, ok := c.apply(f, v); ok {
-				fn(f, out)
-			}
-		}
-		return true
-	})
+	otelsession.RangeFields(ctx, fields, c.recorder(fn))
 }
 
 // visit calls fn with every field of ctx's session that is to be recorded and
 // the form to record: the redacted value of a Set field, "" for a Cleared
 // one. Unset and dropped fields are skipped.
 func (c *redactor) visit(ctx context.Context, fn func(f otelsession.Field, v string)) {
-	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+	otelsession.Range(ctx, c.recorder(fn))
+}
+
+// recorder is the range function of visit and visitFields: it calls fn
+// with what is to be recorded of each field, as visit says.
+func (c *redactor) recorder(fn func(f otelsession.Field, v string)) func(otelsession.Field, string, otelsession.State) bool {
+	return func(f otelsession.Field, v string, st otelsession.State) bool {
 		switch st {
 		case otelsession.Cleared:
 			if c.action[f] != Drop {
@@ -156,5 +150,5 @@ func (c *redactor) visit(ctx context.Context, fn func(f otelsession.Field, v str
 			}
 		}
 		return true
-	})
+	}
 }
