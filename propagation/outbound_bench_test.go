@@ -8,9 +8,9 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // BenchmarkOutboundInject measures the outbound policy's one step on its
@@ -42,7 +42,7 @@ func BenchmarkOutboundInject(b *testing.B) {
 
 	raw := func(ctx context.Context) func(*testing.B) {
 		return func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				prop.Inject(ctx, otelprop.MapCarrier{})
@@ -51,7 +51,7 @@ func BenchmarkOutboundInject(b *testing.B) {
 	}
 	session := func(ctx context.Context, o *propagation.Outbound) func(*testing.B) {
 		return func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := o.Inject(ctx, prop, otelprop.MapCarrier{}, dest); err != nil {

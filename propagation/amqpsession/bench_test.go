@@ -20,10 +20,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
@@ -31,7 +31,7 @@ var benchTracer = tracenoop.NewTracerProvider().Tracer("bench")
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
 	b.Run("Publisher.Inject/path=raw", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			msg := &amqp.Publishing{MessageId: "m-1", Body: []byte("hello")}
@@ -49,7 +49,7 @@ func BenchmarkInject(b *testing.B) {
 	})
 	b.Run("Publisher.Inject/path=session", func(b *testing.B) {
 		pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()), amqpsession.WithOutbound(toQueue))
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := pub.Inject(ctx, &amqp.Publishing{MessageId: "m-1", Body: []byte("hello")}, "chat", "in")
@@ -72,7 +72,7 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 	b.Run("Consumer.Extract/path=raw", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			attrs := []attribute.KeyValue{
@@ -90,7 +90,7 @@ func BenchmarkExtract(b *testing.B) {
 	})
 	b.Run("Consumer.Extract/path=session", func(b *testing.B) {
 		cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustAll), amqpsession.WithPropagator(w3c), amqpsession.WithTracerProvider(tracenoop.NewTracerProvider()))
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, span, err := cons.Extract(base, d)

@@ -28,10 +28,10 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // path is one way of publishing and consuming a message.
@@ -98,7 +98,7 @@ func benchBroker(b *testing.B, p path, withSession bool) {
 	want := sessionFor(1).ChatID
 	confirms := make([]*amqp.DeferredConfirmation, 0, b.N)
 	failed := 0
-	defer sessiontest.CPUTime(b)()
+	defer benchcpu.Time(b)()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -19,10 +19,10 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var (
@@ -36,7 +36,7 @@ func BenchmarkEnviron(b *testing.B) {
 	b.Logf("os.Environ() holds %d variables", len(os.Environ()))
 
 	raw := func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			env := os.Environ()
@@ -50,7 +50,7 @@ func BenchmarkEnviron(b *testing.B) {
 	}
 	session := func(cfg execsession.Config) func(*testing.B) {
 		return func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkEnv = cfg.Environ(ctx, os.Environ())
@@ -70,14 +70,14 @@ func BenchmarkEnviron(b *testing.B) {
 	// injects nothing), and reading every field, which the policy must do.
 	b.Run("parts/Environ_without_carriers", func(b *testing.B) {
 		cfg := execsession.Config{Propagator: otelprop.NewCompositeTextMapPropagator()}
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = cfg.Environ(ctx, os.Environ())
 		}
 	})
 	b.Run("parts/otelsession.Range", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			n := 0
@@ -86,14 +86,14 @@ func BenchmarkEnviron(b *testing.B) {
 		}
 	})
 	b.Run("parts/propagator.Fields", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkN = len(prop.Fields())
 		}
 	})
 	b.Run("parts/os.Environ", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkEnv = os.Environ()

@@ -16,9 +16,9 @@ import (
 
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // benchSession sets every field: 16 baggage members on the wire.
@@ -52,7 +52,7 @@ func BenchmarkInbound(b *testing.B) {
 		carrier otelprop.TextMapCarrier
 	}{{"HeaderCarrier", otelprop.HeaderCarrier(h)}, {"MapCarrier", m}} {
 		b.Run(c.name+"/path=raw", func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkCtx = prop.Extract(bg, c.carrier)
@@ -60,7 +60,7 @@ func BenchmarkInbound(b *testing.B) {
 		})
 		b.Run(c.name+"/path=session", func(b *testing.B) {
 			policy := propagation.NewInbound(propagation.TrustAll)
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, err := policy.Extract(bg, prop, c.carrier, peer)
@@ -82,7 +82,7 @@ func BenchmarkInbound(b *testing.B) {
 		var hd http.HandlerFunc = func(w http.ResponseWriter, r *http.Request) {
 			next.ServeHTTP(w, r.WithContext(prop.Extract(r.Context(), otelprop.HeaderCarrier(r.Header))))
 		}
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			hd.ServeHTTP(nil, r)
@@ -90,7 +90,7 @@ func BenchmarkInbound(b *testing.B) {
 	})
 	b.Run("Handler/path=session", func(b *testing.B) {
 		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll)))
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			hd.ServeHTTP(nil, r)
@@ -123,7 +123,7 @@ func BenchmarkOutbound(b *testing.B) {
 
 	raw := func(req *http.Request) func(*testing.B) {
 		return func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				r := req.Clone(ctx)
@@ -134,7 +134,7 @@ func BenchmarkOutbound(b *testing.B) {
 	}
 	session := func(t *Transport, req *http.Request) func(*testing.B) {
 		return func(b *testing.B) {
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkReq = t.prepare(req)

@@ -21,9 +21,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -36,7 +36,7 @@ func benchRecord() *kgo.Record {
 func BenchmarkInject(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), sessionFor(1))
 	b.Run("Publisher.Inject/path=raw", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			r := benchRecord()
@@ -51,7 +51,7 @@ func BenchmarkInject(b *testing.B) {
 	})
 	b.Run("Publisher.Inject/path=session", func(b *testing.B) {
 		pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()), kafkasession.WithOutbound(toQueue))
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			_, span := pub.Inject(ctx, benchRecord())
@@ -74,7 +74,7 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 	b.Run("Consumer.Extract/path=raw", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			attrs := []attribute.KeyValue{
@@ -91,7 +91,7 @@ func BenchmarkExtract(b *testing.B) {
 	})
 	b.Run("Consumer.Extract/path=session", func(b *testing.B) {
 		cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustAll), kafkasession.WithPropagator(w3c), kafkasession.WithTracerProvider(tracenoop.NewTracerProvider()))
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, span, err := cons.Extract(base, r)

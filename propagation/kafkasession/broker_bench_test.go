@@ -30,9 +30,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -127,7 +127,7 @@ func benchBroker(b *testing.B, c *kfake.Cluster, topic string, p path, withSessi
 	poll(1, func(*kgo.Record) {})
 
 	var failed atomic.Int64
-	defer sessiontest.CPUTime(b)()
+	defer benchcpu.Time(b)()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -22,9 +22,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
@@ -58,7 +58,7 @@ func BenchmarkInject(b *testing.B) {
 		b.Fatal(err)
 	}
 	raw := func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			msg := benchMsg()
@@ -71,7 +71,7 @@ func BenchmarkInject(b *testing.B) {
 	session := func(out *propagation.Outbound) func(*testing.B) {
 		return func(b *testing.B) {
 			pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(out))
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				_, span := pub.Inject(ctx, benchMsg())
@@ -108,7 +108,7 @@ func BenchmarkExtract(b *testing.B) {
 	raw := func(h nats.Header) func(*testing.B) {
 		return func(b *testing.B) {
 			msg := &nats.Msg{Subject: "chat.in", Header: h}
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				attrs := natsAttrs(msg.Subject, "process", semconv.MessagingOperationTypeProcess)
@@ -127,7 +127,7 @@ func BenchmarkExtract(b *testing.B) {
 		return func(b *testing.B) {
 			sub := natssession.NewConsumer(policy, natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
 			msg := &nats.Msg{Subject: "chat.in", Header: h}
-			defer sessiontest.CPUTime(b)()
+			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, span, err := sub.Extract(base, msg)
@@ -150,14 +150,14 @@ func BenchmarkExtract(b *testing.B) {
 	w3c.Inject(benchSession(), m)
 	policy := propagation.NewInbound(propagation.TrustAll)
 	b.Run("Inbound.Extract_MapCarrier/path=raw", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			check(b, w3c.Extract(base, m))
 		}
 	})
 	b.Run("Inbound.Extract_MapCarrier/path=session", func(b *testing.B) {
-		defer sessiontest.CPUTime(b)()
+		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx, err := policy.Extract(base, w3c, m, propagation.Peer{Transport: "nats", Name: "chat.in"})
