@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 var httpDest = func(raw string) propagation.Dest {
@@ -369,22 +370,7 @@ func TestPolicyMetrics(t *testing.T) {
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				key := m.Name
-				for _, kv := range dp.Attributes.ToSlice() {
-					key += " " + string(kv.Key) + "=" + kv.Value.String()
-				}
-				got[key] += dp.Value
-			}
-		}
-	}
+	got := sessiontest.CounterSums(rm)
 	for _, want := range []string{
 		"sessionwire.session.outbound sessionwire.outcome=sent sessionwire.signed=false sessionwire.transport=nats",
 		"sessionwire.session.outbound sessionwire.outcome=withheld sessionwire.signed=false sessionwire.transport=nats",

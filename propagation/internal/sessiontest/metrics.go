@@ -30,6 +30,12 @@ func Metrics(t testing.TB) map[string]int64 {
 	if err := metricsReader.Collect(context.Background(), &rm); err != nil {
 		t.Fatalf("collect metrics: %v", err)
 	}
+	return CounterSums(rm)
+}
+
+// CounterSums sums every int64 counter of rm, keyed "name attr=value
+// attr=value" with the attributes in sorted order.
+func CounterSums(rm metricdata.ResourceMetrics) map[string]int64 {
 	got := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
