@@ -32,7 +32,7 @@ func (p *LogProcessor) OnEmit(ctx context.Context, record *sdklog.Record) error 
 		return nil
 	}
 	var buf [24]attribute.KeyValue
-	if attrs := p.r.attributes(ctx, buf[:0]); len(attrs) > 0 {
+	if attrs := p.r.attributes(ctx, nil, buf[:0]); len(attrs) > 0 {
 		record.AddAttributes(attrs...)
 	}
 	return nil

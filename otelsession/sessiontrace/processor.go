@@ -48,16 +48,9 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 }
 
 // spanAttributes appends the span's fields of the session of ctx, redacted,
-// to dst, and the session key again as gen_ai.conversation.id when it is
-// one of them (see [redactor.attributes]).
+// to dst (see [redactor.attributes]).
 func (p *SpanProcessor) spanAttributes(ctx context.Context, dst []attribute.KeyValue) []attribute.KeyValue {
-	p.r.visitFields(ctx, p.fields, func(f otelsession.Field, v string) {
-		dst = append(dst, keys[f].String(v))
-		if f == otelsession.FieldSessionKey && v != "" {
-			dst = append(dst, ConversationIDKey.String(v))
-		}
-	})
-	return dst
+	return p.r.attributes(ctx, p.fields, dst)
 }
 
 // Annotate sets on span the session attributes of ctx, redacted as OnStart
@@ -102,17 +95,23 @@ var keys = func() (k [32]attribute.Key) {
 // attribute (and know nothing of session.*) group by conversation too.
 const ConversationIDKey = attribute.Key("gen_ai.conversation.id")
 
-// attributes appends the session of ctx, redacted, to dst, and the session
-// key again as gen_ai.conversation.id: a conversation is what the session key
-// names (agent, platform, chat, thread). It follows the session key's
-// redaction, and a Cleared or empty key adds no conversation id, since
-// "no conversation" is not an id to group by.
-func (c *redactor) attributes(ctx context.Context, dst []attribute.KeyValue) []attribute.KeyValue {
-	c.visit(ctx, func(f otelsession.Field, v string) {
+// attributes appends the fields of the session of ctx, redacted, to dst
+// (every field when fields is nil), and the session key again as
+// gen_ai.conversation.id: a conversation is what the session key names
+// (agent, platform, chat, thread). It follows the session key's redaction,
+// and a Cleared or empty key adds no conversation id, since "no
+// conversation" is not an id to group by.
+func (c *redactor) attributes(ctx context.Context, fields []otelsession.Field, dst []attribute.KeyValue) []attribute.KeyValue {
+	add := func(f otelsession.Field, v string) {
 		dst = append(dst, keys[f].String(v))
 		if f == otelsession.FieldSessionKey && v != "" {
 			dst = append(dst, ConversationIDKey.String(v))
 		}
-	})
+	}
+	if fields == nil {
+		c.visit(ctx, add)
+	} else {
+		c.visitFields(ctx, fields, add)
+	}
 	return dst
 }
