@@ -127,12 +127,13 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	hasSession := propagation.HasSession(baggage.FromContext(out))
 	// The server span (otelgrpc's, when it runs) says why a session was
 	// refused or stripped.
+	offered := !hasSession && mentionsSession(lines)
 	if span := trace.SpanFromContext(out); err != nil {
 		sessionevent.Refused(span, err)
-	} else if !hasSession && span.IsRecording() && mentionsSession(lines) {
+	} else if offered {
 		sessionevent.StrippedIfOffered(span, baggage.FromContext(out), lines, pr)
 	}
-	if !hasSession && (binErr != nil || mentionsSession(lines)) {
+	if !hasSession && binErr != nil || offered {
 		// Code behind the interceptor that reads the incoming metadata again
 		// (a proxy forwarding it, a second extraction) must not revive the
 		// refused session: hand it metadata re-encoded from the context.

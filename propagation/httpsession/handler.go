@@ -95,14 +95,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = trace.ContextWithSpan(ctx, span)
 	}
 	r = r.WithContext(ctx)
+	// No session came through although the headers name one: refused, or
+	// stripped from an untrusted peer.
+	lost := !propagation.HasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header)
 	// The request's span, when instrumentation in front started one, says
 	// why the session was refused or stripped.
 	if span := trace.SpanFromContext(ctx); err != nil {
 		sessionevent.Refused(span, err)
-	} else if span.IsRecording() && mentionsSession(r.Header) {
+	} else if lost {
 		sessionevent.StrippedIfOffered(span, baggage.FromContext(ctx), r.Header.Values("baggage"), peer)
 	}
-	if !propagation.HasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header) {
+	if lost {
 		r.Header = r.Header.Clone()
 		for k := range r.Header {
 			if strings.EqualFold(k, "baggage") {
