@@ -356,6 +356,18 @@ func (v *Verifier) check(sig, binding string, vals *signedValues) error {
 	return nil
 }
 
+// SignatureHeader reads the key id and issue time of a session.sig value
+// without checking its MAC: what a tool shows beside a [Verifier]'s verdict,
+// never a verdict itself. A value that is not a well-formed signature
+// returns an error wrapping [ErrBadSignature].
+func SignatureHeader(sig string) (keyID string, issued time.Time, err error) {
+	p, err := parseSignature(sig)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return p.kid, time.Unix(p.ts, 0).UTC(), nil
+}
+
 // parsedSignature is a session.sig value: v1.<key id>.<unix seconds>.<MAC>.
 type parsedSignature struct {
 	kid string

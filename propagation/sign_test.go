@@ -654,3 +654,23 @@ func ExampleSigner() {
 	// 7 <nil> 1
 	// "" true
 }
+
+// SignatureHeader reads what a signature says of itself (key id, issue
+// time), and refuses what is not a well-formed signature, as Verify would.
+func TestSignatureHeader(t *testing.T) {
+	ctx, err := mustSigner(t, testKey("k-2026"), signTime).Sign(
+		otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "c1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := baggage.FromContext(ctx).Member(otelsession.SignatureKey).Value()
+	kid, issued, err := propagation.SignatureHeader(sig)
+	if err != nil || kid != "k-2026" || !issued.Equal(signTime) {
+		t.Fatalf("SignatureHeader(%q) = %q, %v, %v; want k-2026, %v", sig, kid, issued, err, signTime)
+	}
+	for _, bad := range []string{"", "v2.k.1767225600.x", "v1.k.01767225600." + strings.Repeat("A", 43), sig + "A"} {
+		if _, _, err := propagation.SignatureHeader(bad); !errors.Is(err, propagation.ErrBadSignature) {
+			t.Errorf("SignatureHeader(%q): %v, want ErrBadSignature", bad, err)
+		}
+	}
+}

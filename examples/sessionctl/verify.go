@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -124,8 +123,8 @@ func runVerify(e env) int {
 	raw, _ := baggage.New(members...)
 	sig := raw.Member(otelsession.SignatureKey).Value()
 	r.Signature = sig
-	if kid, ts, ok := signatureParts(sig); ok {
-		r.KeyID, r.IssuedAt = kid, time.Unix(ts, 0).UTC()
+	if kid, issued, err := propagation.SignatureHeader(sig); err == nil {
+		r.KeyID, r.IssuedAt = kid, issued
 		r.AgeSeconds = time.Since(r.IssuedAt).Truncate(time.Second).Seconds()
 	}
 	r.VerifyKey = *keyID
@@ -140,7 +139,7 @@ func runVerify(e env) int {
 		c := coveredKey{Key: s.Key, State: "absent"}
 		switch {
 		case m.Key() == "":
-		case m.Value() == "\x00":
+		case m.Value() == otelsession.ClearedValue:
 			c.State = "cleared"
 		default:
 			c.State, c.Value = "set", m.Value()
@@ -216,20 +215,6 @@ func explainSignature(err error, r verifyReport, messageID string) string {
 		return why
 	}
 	return "the session itself is refused before its signature matters (see the problems)"
-}
-
-// signatureParts reads the key id and issue time of a v1 signature for
-// display only; the verdict is the Verifier's.
-func signatureParts(sig string) (kid string, ts int64, ok bool) {
-	parts := strings.Split(sig, ".")
-	if len(parts) != 4 || parts[0] != "v1" {
-		return "", 0, false
-	}
-	ts, err := strconv.ParseInt(parts[2], 10, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return parts[1], ts, true
 }
 
 func printVerify(e env, r verifyReport) {
