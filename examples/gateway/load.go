@@ -396,13 +396,18 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	var posting atomic.Bool
 	posting.Store(true)
 	expected.Store(int64(sum.Expected))
-	stopProgress := startProgress(cfg.progress, func() progressState {
+	// settled counts the deliveries and refusals arrived so far.
+	settled := func() (nDelivered, nRefused int) {
 		p.mu.Lock()
-		d := len(p.deliveries)
+		nDelivered = len(p.deliveries)
 		p.mu.Unlock()
 		refusedMu.Lock()
-		r := len(refused)
+		nRefused = len(refused)
 		refusedMu.Unlock()
+		return nDelivered, nRefused
+	}
+	stopProgress := startProgress(cfg.progress, func() progressState {
+		d, r := settled()
 		return progressState{posting: posting.Load(), posted: int(posted.Load()), total: len(msgs), delivered: d, expected: int(expected.Load()), refused: r}
 	})
 	defer stopProgress()
@@ -456,15 +461,6 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	deadline := time.After(cfg.timeout)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	settled := func() (int, int) {
-		p.mu.Lock()
-		n := len(p.deliveries)
-		p.mu.Unlock()
-		refusedMu.Lock()
-		r := len(refused)
-		refusedMu.Unlock()
-		return n, r
-	}
 	last, lastChange := -1, time.Now()
 wait:
 	for {
