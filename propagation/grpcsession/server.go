@@ -102,7 +102,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	extractFrom := otelprop.TextMapCarrier(carrier)
 	switch {
 	case binErr != nil:
-		extractFrom = withoutBaggage{carrier}
+		extractFrom = hideBaggage{carrier}
 	case len(lines) == 1:
 		extractFrom = oneBaggageLine{carrier}
 	}
@@ -171,23 +171,6 @@ type oneBaggageLine struct{ c MetadataCarrier }
 func (o oneBaggageLine) Get(key string) string { return o.c.Get(key) }
 func (o oneBaggageLine) Set(key, value string) { o.c.Set(key, value) }
 func (o oneBaggageLine) Keys() []string        { return o.c.Keys() }
-
-// withoutBaggage hides the baggage entries of a carrier from the propagator.
-type withoutBaggage struct{ MetadataCarrier }
-
-func (w withoutBaggage) Get(key string) string {
-	if strings.EqualFold(key, baggageKey) {
-		return ""
-	}
-	return w.MetadataCarrier.Get(key)
-}
-
-func (w withoutBaggage) Values(key string) []string {
-	if strings.EqualFold(key, baggageKey) {
-		return nil
-	}
-	return w.MetadataCarrier.Values(key)
-}
 
 // peerOf describes the caller: the address of the connection, and as its
 // name the verified client certificate's first URI SAN or DNS SAN when the
