@@ -544,39 +544,47 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 	}
 	var errs []error
 	known, n := 0, b.Len()
-	// Once every member of b is accounted for, the rows left cannot be
-	// present: they are not looked up, only checked against what the raw
-	// headers held.
-	for i := range fieldKeys {
-		c := &fieldKeys[i]
-		var m baggage.Member
-		if known < n {
-			m = b.Member(c.spec.Key)
-		}
-		if m.Key() == "" {
-			if seen&c.bit != 0 {
-				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
+	// The rows the raw headers named are looked up first. Once every member
+	// of b is accounted for, the rows left cannot be present: they are not
+	// looked up, only checked against what the raw headers held. A member
+	// left over (an application's own, or a session member another
+	// propagator of a composite extracted) sends the second pass through
+	// the rows the headers did not name.
+	for pass := 0; pass < 2; pass++ {
+		for i := range fieldKeys {
+			c := &fieldKeys[i]
+			if (seen&c.bit != 0) != (pass == 0) {
+				continue
 			}
-			continue
-		}
-		known++
-		in.present = true
-		if c.local() {
-			// Only reachable through a propagator other than W3C baggage.
-			errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrLocalField))
-			continue
-		}
-		v := m.Value()
-		if v != otelsession.ClearedValue {
-			switch nv, err := otelsession.ValidateValue(c.spec, v); {
-			case err == nil:
-			case errors.Is(err, ErrInvalidValue):
-				errs = append(errs, err)
-			default:
-				in.display = append(in.display, displayFix{c.spec.Key, nv})
+			var m baggage.Member
+			if known < n {
+				m = b.Member(c.spec.Key)
 			}
+			if m.Key() == "" {
+				if seen&c.bit != 0 {
+					errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
+				}
+				continue
+			}
+			known++
+			in.present = true
+			if c.local() {
+				// Only reachable through a propagator other than W3C baggage.
+				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrLocalField))
+				continue
+			}
+			v := m.Value()
+			if v != otelsession.ClearedValue {
+				switch nv, err := otelsession.ValidateValue(c.spec, v); {
+				case err == nil:
+				case errors.Is(err, ErrInvalidValue):
+					errs = append(errs, err)
+				default:
+					in.display = append(in.display, displayFix{c.spec.Key, nv})
+				}
+			}
+			in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 		}
-		in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 	}
 	var m baggage.Member
 	if known < n {
