@@ -412,7 +412,13 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, err e
 	if n == 0 {
 		return baggage.Baggage{}, false, nil
 	}
-	members := make([]baggage.Member, 0, n)
+	// A session and a few members of the application's fit on the stack:
+	// the slice is only read by baggage.New, which copies what it keeps.
+	var buf [2 * NumFields]baggage.Member
+	members := buf[:0]
+	if n > len(buf) {
+		members = make([]baggage.Member, 0, n)
+	}
 	add := func(key, value string) {
 		// Keys are constants and values were checked; NewMemberRaw cannot
 		// fail here, and a member that did would simply be left out.
