@@ -28,8 +28,10 @@ func exchangeName(exchange string) string {
 // destination returns the attributes naming where a message goes: the
 // exchange (empty for the default one, as the RabbitMQ conventions say) and
 // the routing key when there is one.
-func destination(exchange, routingKey string) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange)}
+// The slice has room for extra more, which the caller appends.
+func destination(exchange, routingKey string, extra int) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3+extra)
+	attrs = append(attrs, semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange))
 	if routingKey != "" {
 		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
 	}
@@ -66,7 +68,7 @@ func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, 
 	if msg == nil {
 		return ctx, messaging.NoopSpan
 	}
-	attrs := append(destination(exchange, routingKey),
+	attrs := append(destination(exchange, routingKey, 3),
 		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
 	if msg.MessageId != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(msg.MessageId))
@@ -75,7 +77,11 @@ func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, 
 		msg.Headers = amqp.Table{}
 	}
 	name := exchangeName(exchange)
-	dest := propagation.Dest{Transport: Transport, Name: name, MessageID: binding(name, routingKey, msg.MessageId)}
+	dest := propagation.Dest{Transport: Transport, Name: name}
+	if p.cfg.Out.Signer() != nil {
+		// What a signature is bound to; built only when there is one.
+		dest.MessageID = binding(name, routingKey, msg.MessageId)
+	}
 	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+name, dest, attrs, TableCarrier(msg.Headers))
 	return ctx, span
 }
@@ -124,7 +130,7 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 		return messaging.NilMessage(ctx, ErrNilMessage)
 	}
 	name := exchangeName(d.Exchange)
-	attrs := append(destination(d.Exchange, d.RoutingKey),
+	attrs := append(destination(d.Exchange, d.RoutingKey, 4),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	if d.DeliveryTag != 0 {
 		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))

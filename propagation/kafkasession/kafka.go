@@ -64,7 +64,11 @@ func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context,
 		attrs = append(attrs, semconv.MessagingKafkaMessageTombstone(true))
 	}
 	c := NewRecordCarrier(r)
-	dest := propagation.Dest{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, c.Get(MessageIDHeader))}
+	dest := propagation.Dest{Transport: Transport, Name: r.Topic}
+	if p.cfg.Out.Signer() != nil {
+		// What a signature is bound to; built only when there is one.
+		dest.MessageID = binding(r.Topic, c.Get(MessageIDHeader))
+	}
 	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "send "+r.Topic, dest, attrs, c)
 	return ctx, span
 }
