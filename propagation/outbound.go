@@ -266,7 +266,11 @@ func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropa
 		had = hasSession(b)
 	}
 	out, sent, signed, invalid := ctx, false, false, false
-	if o.Allows(ctx, d) {
+	switch {
+	case !had && (checked || b.Len() == 0):
+		// No baggage at all, or one Bind built without a session: there is
+		// nothing to decide, strip or sign.
+	case o.Allows(ctx, d):
 		present, strays, err := checkedPresent, false, error(nil)
 		if !checked {
 			present, strays, err = outboundSession(b)
@@ -291,7 +295,7 @@ func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropa
 				}
 			}
 		}
-	} else {
+	default:
 		out = WithoutSession(ctx) // strays too, when there is no session
 	}
 	prop.Inject(out, carrier)
