@@ -4,13 +4,14 @@
 //
 // It compiles each package's benchmarks once, then runs the packages in
 // rounds (every package once per round, a row and its baseline side by side
-// in one binary run), takes the median of each benchmark over the rounds,
-// and replaces what README.md holds between <!-- perf:NAME:start --> and
+// in one binary run), takes the median of each benchmark over the rounds
+// and, for the comparison column, the median over the rounds of each round's
+// own ratio (or difference) of a row to its baseline, and replaces what README.md holds between <!-- perf:NAME:start --> and
 // <!-- perf:NAME:end --> markers. The time column is process CPU time per
 // operation (cpu-ns/op) where a benchmark reports it: on a shared machine it
 // moves far less with other load than wall time does.
 //
-//	go run ./internal/cmd/perftables                    # 5 rounds, 0.2 s per benchmark
+//	go run ./internal/cmd/perftables                    # 7 rounds, 0.2 s per benchmark
 //	go run ./internal/cmd/perftables -rounds 8 -benchtime 0.5s
 //	go run ./internal/cmd/perftables -n                 # print the tables, leave README.md alone
 //

@@ -128,7 +128,7 @@ func main() {
 }
 
 func run() error {
-	rounds := flag.Int("rounds", 5, "rounds: each package's benchmarks run once per round; medians are taken over them")
+	rounds := flag.Int("rounds", 7, "rounds: each package's benchmarks run once per round; medians are taken over them")
 	benchtime := flag.String("benchtime", "0.2s", "-test.benchtime of every benchmark")
 	readme := flag.String("readme", "README.md", "the file whose marked tables are rewritten")
 	dry := flag.Bool("n", false, "print the tables; do not rewrite the README")
@@ -268,6 +268,42 @@ func timeOf(r *result) (float64, string) {
 	return median(r.ns), " (wall)"
 }
 
+// times is r's time per round: CPU time when reported, wall time otherwise.
+func times(r *result) []float64 {
+	if len(r.cpu) > 0 {
+		return r.cpu
+	}
+	return r.ns
+}
+
+// pairedRatio is the median over the rounds of r's time divided by base's
+// in the same round; the ratio of the medians when the rounds do not pair.
+func pairedRatio(r, base *result) float64 {
+	a, b := times(r), times(base)
+	if len(a) != len(b) {
+		return median(a) / median(b)
+	}
+	q := make([]float64, len(a))
+	for i := range a {
+		q[i] = a[i] / b[i]
+	}
+	return median(q)
+}
+
+// pairedDelta is pairedRatio's difference: the median of r's time minus
+// base's, round by round.
+func pairedDelta(r, base *result) float64 {
+	a, b := times(r), times(base)
+	if len(a) != len(b) {
+		return median(a) - median(b)
+	}
+	d := make([]float64, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	return median(d)
+}
+
 func render(t table, results map[string]*result) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| operation | ns/op | B/op | allocs/op | %s, ns/op | vs. it |\n| --- | ---: | ---: | ---: | ---: | ---: |\n", t.baseHeader)
@@ -287,14 +323,19 @@ func render(t table, results map[string]*result) (string, error) {
 			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.base, r.pkg)
 		}
 		bns, _ := timeOf(base)
+		// The comparison is the median over the rounds of each round's own
+		// comparison: a row and its baseline ran in the same binary run,
+		// seconds apart, so what other work did to the machine in that round
+		// weighs on both.
+		q, d := pairedRatio(res, base), pairedDelta(res, base)
 		var vs string
 		switch t.compare {
 		case ratio:
-			vs = fmt.Sprintf("%.2f×", ns/bns)
+			vs = fmt.Sprintf("%.2f×", q)
 		case pct:
-			vs = fmt.Sprintf("%+.0f%%", 100*(ns/bns-1))
+			vs = fmt.Sprintf("%+.0f%%", 100*(q-1))
 		case delta:
-			vs = fmt.Sprintf("%+.2f µs", (ns-bns)/1000)
+			vs = fmt.Sprintf("%+.2f µs", d/1000)
 		}
 		fmt.Fprintf(&b, " %s | %s |\n", num(bns), vs)
 	}
