@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -218,7 +219,8 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 	if err != nil { // cannot happen: the key is a constant token, the value base64url
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}
-	if err := fitsWith(b, m); err != nil {
+	_, checked := sessionstate.Checked(ctx)
+	if err := fitsWith(b, m, &vals, checked); err != nil {
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}
 	nb, err := b.SetMember(m)
@@ -230,24 +232,31 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 
 // fitsWith reports whether b with sig (replacing b's own) is within the
 // W3C limits, measuring exactly only when a cheap upper bound says it may
-// not be.
-func fitsWith(b baggage.Baggage, sig baggage.Member) error {
+// not be. vals are b's signed members (gather). checked says b is one an
+// otelsession writer built: no signature, and members without properties.
+func fitsWith(b baggage.Baggage, sig baggage.Member, vals *signedValues, checked bool) error {
 	members := b.Len()
-	if b.Member(otelsession.SignatureKey).Key() == "" {
+	if checked || b.Member(otelsession.SignatureKey).Key() == "" {
 		members++
 	}
 	if members > otelsession.MaxBaggageMembers {
 		return fmt.Errorf("%d members, limit %d: %w", members, otelsession.MaxBaggageMembers, ErrSignatureNoRoom)
 	}
 	bound := len(sig.String())
-	for _, m := range b.Members() {
-		if m.Key() == otelsession.SignatureKey {
-			continue
-		}
-		bound += 1 + len(m.Key()) + 1 + 3*len(m.Value())
-		for _, p := range m.Properties() {
-			v, _ := p.Value()
-			bound += 1 + len(p.Key()) + 1 + 3*len(v)
+	if n, size := vals.encodedBound(); checked && n == b.Len() {
+		// Nothing but the session: its values are all there is to measure,
+		// without copying every member out of b.
+		bound += size
+	} else {
+		for _, m := range b.Members() {
+			if m.Key() == otelsession.SignatureKey {
+				continue
+			}
+			bound += 1 + len(m.Key()) + 1 + 3*len(m.Value())
+			for _, p := range m.Properties() {
+				v, _ := p.Value()
+				bound += 1 + len(p.Key()) + 1 + 3*len(v)
+			}
 		}
 	}
 	if bound <= otelsession.MaxBaggageBytes {
@@ -484,6 +493,18 @@ var signedPos, asyncPos = func() ([]int, int) {
 type signedValues [maxSignedKeys]struct {
 	v  string
 	ok bool
+}
+
+// encodedBound returns how many members vals holds and an upper bound of
+// their W3C encoding, separators included: every byte of a value escaped.
+func (vals *signedValues) encodedBound() (n, size int) {
+	for i := range vals {
+		if vals[i].ok {
+			n++
+			size += 1 + len(signedKeys[i]) + 1 + 3*len(vals[i].v)
+		}
+	}
+	return n, size
 }
 
 func (vals *signedValues) gather(b baggage.Baggage) {
