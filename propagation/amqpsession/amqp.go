@@ -3,7 +3,6 @@ package amqpsession
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
@@ -140,7 +139,7 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 	}
 	peer := propagation.Peer{Transport: Transport, Name: name, MessageID: binding(name, d.RoutingKey, d.MessageId)}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, TableCarrier(d.Headers),
-		peer, func() string { return fmt.Sprintf("delivery from AMQP exchange %q", name) })
+		peer, "delivery from AMQP exchange")
 }
 
 // binding is what a signature on a message is bound to: its exchange, its

@@ -32,10 +32,24 @@ var (
 // headers and ignores writes.
 func NewRecordCarrier(r *kgo.Record) RecordCarrier { return RecordCarrier{r: r} }
 
-// Get returns the first value of key, or "" when there is none.
+// Get returns the first value of key, or "" when there is none: the first
+// of what Values returns, without building the list (the propagators call
+// Get for every header they read).
 func (c RecordCarrier) Get(key string) string {
-	if v := c.Values(key); len(v) > 0 {
-		return v[0]
+	if c.r == nil {
+		return ""
+	}
+	folded := -1
+	for i, h := range c.r.Headers {
+		switch {
+		case h.Key == key:
+			return string(h.Value)
+		case folded < 0 && strings.EqualFold(h.Key, key):
+			folded = i
+		}
+	}
+	if folded >= 0 {
+		return string(c.r.Headers[folded].Value)
 	}
 	return ""
 }

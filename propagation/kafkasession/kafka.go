@@ -3,7 +3,6 @@ package kafkasession
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -127,7 +126,7 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	carrier := NewRecordCarrier(r)
 	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, carrier.Get(MessageIDHeader))}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, carrier,
-		peer, func() string { return fmt.Sprintf("record from Kafka topic %q", r.Topic) })
+		peer, "record from Kafka topic")
 }
 
 // MessageIDHeader is the record header that carries a producer-chosen

@@ -2,7 +2,6 @@ package natssession
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,7 +103,7 @@ func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (
 		attrs = append(attrs, semconv.MessagingMessageID(shown))
 	}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, HeaderCarrier(h),
-		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, func() string { return fmt.Sprintf("message on NATS subject %q", subject) })
+		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, "message on NATS subject")
 }
 
 // Handler returns a nats.MsgHandler (for nc.Subscribe, nc.QueueSubscribe)

@@ -70,20 +70,21 @@ func Produce(ctx context.Context, c *Config, tracer trace.Tracer, spanName strin
 // extracted through policy (which sees peer), then the consumer span starts
 // as a child of the producer's span, linked to it, or as a child of ctx
 // without a link when the message carried no trace context. A refused
-// session is returned as an error prefixed by what, recorded on the span,
-// with a usable context whose session is Unset; what is called only then
-// (formatting it for every message would cost more than some of the policy's
-// checks). A refused session, or one stripped because the peer is not trusted,
+// session is returned as an error prefixed by what and the peer's name
+// ("record from Kafka topic \"chat.in\""), recorded on the span, with a
+// usable context whose session is Unset; the prefix is formatted only then.
+// A refused session, or one stripped because the peer is not trusted,
 // is also recorded as a session.refused span event with its reason
 // (package sessionevent). The caller ends the span.
 func Consume(ctx context.Context, c *Config, tracer trace.Tracer, policy *propagation.Inbound, spanName string,
-	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, peer propagation.Peer, what func() string) (context.Context, trace.Span, error) {
+	attrs []attribute.KeyValue, carrier otelprop.TextMapCarrier, peer propagation.Peer, what string) (context.Context, trace.Span, error) {
 	before := trace.SpanContextFromContext(ctx)
 	ctx, err := policy.Extract(ctx, c.Propagator(), carrier, peer)
 	if err != nil {
-		err = fmt.Errorf("%s: %w", what(), err)
+		err = fmt.Errorf("%s %q: %w", what, peer.Name, err)
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	opts := make([]trace.SpanStartOption, 2, 3) // room for the link
+	opts[0], opts[1] = trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.Equal(before) {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
