@@ -32,6 +32,12 @@ var (
 
 // Get returns the first text value of key, or "".
 func (c TableCarrier) Get(key string) string {
+	// The common case, an exact key holding one text, builds no list.
+	if v, ok := c[key]; ok {
+		if s, ok := text(v); ok {
+			return s
+		}
+	}
 	if v := c.Values(key); len(v) > 0 {
 		return v[0]
 	}
