@@ -134,6 +134,8 @@ func run() error {
 	readme := flag.String("readme", "README.md", "the file whose marked tables are rewritten")
 	dry := flag.Bool("n", false, "print the tables; do not rewrite the README")
 	rawOut := flag.String("raw", "", "also write every benchmark line to this file (for benchstat)")
+	profDir := flag.String("profiles", "", "also record the CPU profiles behind the README's \"where the cost goes\" into this directory")
+	profTime := flag.String("profiletime", "4s", "-test.benchtime of each profiled benchmark")
 	flag.Parse()
 	if *rounds < 1 {
 		return errors.New("-rounds must be at least 1")
@@ -179,6 +181,15 @@ func run() error {
 	if *rawOut != "" {
 		if err := os.WriteFile(*rawOut, raw.Bytes(), 0o644); err != nil {
 			return err
+		}
+	}
+	if *profDir != "" {
+		lines, err := writeProfiles(*profDir, bin, *profTime, machine)
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			fmt.Fprintln(os.Stderr, l)
 		}
 	}
 	blocks := map[string]string{"machine": machine + "\n"}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// A profile is one benchmark's CPU profile and how the time of one function
+// in it divides: the evidence behind the README's "where the cost goes", so
+// that a statement such as "OpenTelemetry's SetMember is four fifths of the
+// next message's Bind" is regenerated with the tables rather than written
+// down once.
+type profile struct {
+	file, title string
+	pkg, bench  string // the package's directory and a -test.bench pattern matching one benchmark
+	whole       string // regexp of the function whose time is divided
+	parts       []part
+}
+
+// A part is a share of whole: the first function the regexp matches, with
+// everything it calls.
+type part struct{ label, fn string }
+
+var profiles = []profile{
+	{
+		file: "bind_next_message.txt", title: "Bind, the next message of a conversation (a cached session, a new message id)",
+		pkg: "otelsession", bench: "^BenchmarkBind$/^sessionwire$/^Bind_next_message$",
+		whole: `^github.com/sessionwire/sessionwire/otelsession\.Bind$`,
+		parts: []part{{"OpenTelemetry copying its map (Baggage.SetMember)", `^go.opentelemetry.io/otel/baggage\.Baggage\.SetMember$`}},
+	},
+	{
+		file: "bind_first_time.txt", title: "Bind of a session never bound before",
+		pkg: "otelsession", bench: "^BenchmarkBind$/^sessionwire$/^Bind_first_time$",
+		whole: `^github.com/sessionwire/sessionwire/otelsession\.Bind$`,
+		parts: []part{
+			{"baggage.New (the floor)", `^go.opentelemetry.io/otel/baggage\.New$`},
+			{"OpenTelemetry's member constructor (baggage.NewMemberRaw)", `^go.opentelemetry.io/otel/baggage\.NewMemberRaw$`},
+			{"sessionwire's value checks (ValidateValue)", `^github.com/sessionwire/sessionwire/otelsession\.ValidateValue$`},
+			{"the bind cache's insertion (remember)", `^github.com/sessionwire/sessionwire/otelsession\.remember$`},
+		},
+	},
+	{
+		file: "inbound_mapcarrier.txt", title: "Inbound.Extract of a full session from a MapCarrier",
+		pkg: "propagation/httpsession", bench: "^BenchmarkInbound$/^MapCarrier$/^path=session$",
+		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`,
+		parts: []part{
+			{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`},
+			{"the policy's check of every member (OpenTelemetry's Baggage.Member look-ups included)", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
+			{"  of which OpenTelemetry's Baggage.Member", `^go.opentelemetry.io/otel/baggage\.Baggage\.Member$`},
+			{"the raw header scan (duplicates, forbidden keys)", `^github.com/sessionwire/sessionwire/propagation\.scanSessionKeys$`},
+		},
+	},
+	{
+		file: "http_handler.txt", title: "the whole httpsession.Handler step",
+		pkg: "propagation/httpsession", bench: "^BenchmarkInbound$/^Handler$/^path=session$",
+		whole: `^github.com/sessionwire/sessionwire/propagation/httpsession\.\(\*handler\)\.ServeHTTP$`,
+		parts: []part{{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`}},
+	},
+	{
+		file: "outbound_signed.txt", title: "Outbound.Inject of a full session, allowed and signed",
+		pkg: "propagation", bench: "^BenchmarkOutboundInject$/^signed$/^path=session$",
+		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`,
+		parts: []part{
+			{"the propagators writing the carrier (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
+			{"OpenTelemetry adding the signature member (Baggage.SetMember copies the map)", `^go.opentelemetry.io/otel/baggage\.Baggage\.SetMember$`},
+			{"the HMAC", `^github.com/sessionwire/sessionwire/propagation\.\(\*macKey\)\.sum$`},
+		},
+	},
+	{
+		file: "kafka_consume.txt", title: "kafkasession Consumer.Extract",
+		pkg: "propagation/kafkasession", bench: "^BenchmarkExtract$/^Consumer.Extract$/^path=session$",
+		whole: `^github.com/sessionwire/sessionwire/propagation/kafkasession\.\(\*Consumer\)\.Extract$`,
+		parts: []part{
+			{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Extract$`},
+			{"the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
+			{"the raw header scan", `^github.com/sessionwire/sessionwire/propagation\.scanSessionKeys$`},
+		},
+	},
+}
+
+// writeProfiles records every profile into dir, running each benchmark for
+// benchtime from the binaries in bin, and returns a line per profile.
+func writeProfiles(dir, bin, benchtime, machine string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var summary []string
+	for _, p := range profiles {
+		testBin := binPath(bin, p.pkg)
+		prof := filepath.Join(bin, strings.TrimSuffix(p.file, ".txt")+".prof")
+		cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", p.bench, "-test.benchtime", benchtime,
+			"-test.cpuprofile", prof)
+		cmd.Dir = p.pkg
+		cmd.Stderr = os.Stderr
+		if out, err := cmd.Output(); err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.file, err)
+		} else if !bytes.Contains(out, []byte("Benchmark")) {
+			return nil, fmt.Errorf("profile %s: -test.bench %q matched no benchmark in %s", p.file, p.bench, p.pkg)
+		}
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount", "100000", testBin, prof).Output()
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: go tool pprof: %w", p.file, err)
+		}
+		cum := cumulative(top)
+		whole, ok := first(cum, p.whole)
+		if !ok || whole == 0 {
+			return nil, fmt.Errorf("profile %s: no samples in %s", p.file, p.whole)
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "# %s: CPU profile of %s in ./%s, -benchtime %s\n", p.title, p.bench, p.pkg, benchtime)
+		fmt.Fprintf(&b, "# %s\n# written by: go run ./internal/cmd/perftables -profiles %s\n", machine, dir)
+		fmt.Fprintf(&b, "# %s: %.2f s sampled; of it:\n", strings.ReplaceAll(strings.Trim(p.whole, "^$"), `\`, ""), whole)
+		line := p.title + ":"
+		for _, pt := range p.parts {
+			v, _ := first(cum, pt.fn)
+			fmt.Fprintf(&b, "#   %5.1f%%  %s\n", 100*v/whole, pt.label)
+			line += fmt.Sprintf(" %s %.0f%%;", strings.TrimSpace(pt.label), 100*v/whole)
+		}
+		focus, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount", "45",
+			"-focus", strings.Trim(p.whole, "^$"), testBin, prof).Output()
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: go tool pprof: %w", p.file, err)
+		}
+		b.Write(focus)
+		if err := os.WriteFile(filepath.Join(dir, p.file), []byte(b.String()), 0o644); err != nil {
+			return nil, err
+		}
+		summary = append(summary, strings.TrimSuffix(line, ";"))
+	}
+	return summary, nil
+}
+
+// cumulative reads the function names and cumulative seconds of a
+// `go tool pprof -top -cum` listing, in its order.
+func cumulative(top []byte) []fnTime {
+	var out []fnTime
+	sc := bufio.NewScanner(bytes.NewReader(top))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		s, ok := seconds(f[3])
+		if !ok {
+			continue
+		}
+		out = append(out, fnTime{strings.Join(f[5:], " "), s})
+	}
+	return out
+}
+
+type fnTime struct {
+	name string
+	sec  float64
+}
+
+// first is the cumulative time of the first function re matches.
+func first(cum []fnTime, re string) (float64, bool) {
+	r := regexp.MustCompile(re)
+	for _, c := range cum {
+		if r.MatchString(c.name) {
+			return c.sec, true
+		}
+	}
+	return 0, false
+}
+
+// seconds parses pprof's durations: "2.35s", "980ms", "0".
+func seconds(s string) (float64, bool) {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "ms"):
+		s, mult = strings.TrimSuffix(s, "ms"), 1e-3
+	case strings.HasSuffix(s, "us"), strings.HasSuffix(s, "µs"):
+		s, mult = strings.TrimSuffix(strings.TrimSuffix(s, "us"), "µs"), 1e-6
+	case strings.HasSuffix(s, "s"):
+		s = strings.TrimSuffix(s, "s")
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v * mult, err == nil
+}
