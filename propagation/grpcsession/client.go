@@ -62,7 +62,7 @@ func (c *config) clientContext(ctx context.Context, cc *grpc.ClientConn, method 
 	if md == nil {
 		md = metadata.MD{}
 	}
-	carrier := MetadataCarrier(md)
+	carrier := newCallMD(md)
 	carrier.Delete(baggageBinKey)
 	if err := c.outbound.Inject(ctx, c.propagator(), carrier, d); err != nil {
 		// The call still goes, without the session or unsigned, as err says.
