@@ -3,9 +3,7 @@ package grpcsession_test
 import (
 	"context"
 	"net"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	otelprop "go.opentelemetry.io/otel/propagation"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/grpcsession"
@@ -135,27 +134,32 @@ func BenchmarkUnary(b *testing.B) {
 				b.Fatalf("the handler saw a session: %v, want %v", got, c.want)
 			}
 			b.ReportAllocs()
-			cpu := cpuTime()
+			stop := benchcpu.Time(b)
 			for b.Loop() {
 				if _, err := client.UnaryCall(c.ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			reportCPU(b, cpu)
+			stop()
 		})
 	}
 }
 
 // BenchmarkSteps isolates the per-call work of each side from the network,
-// which on a shared machine varies more than the policy costs:
+// which on a shared machine varies more than the policy costs. Each side has
+// three rows:
 //
-//   - server/otelgrpc: what otelgrpc's server handler does with the
-//     metadata of a call carrying a full session (extract trace context and
-//     baggage); server/otelgrpc+policy: that, then the unary server
-//     interceptor (trusting the peer: the session is checked and accepted);
-//   - client/otelgrpc: what otelgrpc's client handler does (copy the
-//     outgoing metadata, inject); client/otelgrpc+policy: the unary client
-//     interceptor (allowing the target), then that.
+//   - otelgrpc: the raw path, what otelgrpc's handler does with the full W3C
+//     propagator for a call carrying a full session (server: extract trace
+//     context and baggage from the metadata; client: copy the outgoing
+//     metadata, inject both);
+//   - otelgrpc_except_baggage+policy: the configuration the package
+//     recommends (README "gRPC calls"): otelgrpc given ExceptBaggage(w3c)
+//     carries the trace context, the interceptor (trusting the peer,
+//     allowing the target) carries the baggage, once each way;
+//   - otelgrpc_given_W3C_too+policy: the interceptor beside otelgrpc given
+//     the full W3C propagator, so that the baggage is parsed (server) or
+//     written (client) twice: what the recommendation avoids.
 //
 // Run it with
 //
@@ -164,91 +168,125 @@ func BenchmarkSteps(b *testing.B) {
 	session := otelsession.Bind(bound(), benchSession)
 	md := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
 	w3c.Inject(session, otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	// sent is the session on the wire: benchSession without its local fields.
+	sent := otelsession.FromContext(w3c.Extract(context.Background(), grpcsession.MetadataCarrier(md)))
 	pr := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50000}}
 	incoming := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
 	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
 	var sink context.Context
 	handler := func(ctx context.Context, _ any) (any, error) { sink = ctx; return nil, nil }
-	otelExtract := func(ctx context.Context) context.Context {
-		m, _ := metadata.FromIncomingContext(ctx)
-		return w3c.Extract(ctx, grpcsession.MetadataCarrier(m))
+	recommended := grpcsession.ExceptBaggage(w3c)
+	// otelExtract is what otelgrpc's server handler does with prop.
+	otelExtract := func(ctx context.Context, prop otelprop.TextMapPropagator) context.Context {
+		m, ok := metadata.FromIncomingContext(ctx)
+		if !ok {
+			m = metadata.MD{}
+		}
+		return prop.Extract(ctx, otelgrpcSupplier{m})
 	}
 	b.Run("server/otelgrpc", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		defer benchcpu.Time(b)()
 		for b.Loop() {
-			sink = otelExtract(incoming)
+			sink = otelExtract(incoming, w3c)
 		}
-		reportCPU(b, cpu)
 	})
-	b.Run("server/otelgrpc+policy", func(b *testing.B) {
-		interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
-			grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
-		b.ReportAllocs()
-		cpu := cpuTime()
-		for b.Loop() {
-			if _, err := interceptor(otelExtract(incoming), nil, info, handler); err != nil {
-				b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		prop otelprop.TextMapPropagator // otelgrpc's
+	}{
+		{"server/otelgrpc_except_baggage+policy", recommended},
+		{"server/otelgrpc_given_W3C_too+policy", w3c},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
+				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+			b.ReportAllocs()
+			stop := benchcpu.Time(b)
+			for b.Loop() {
+				if _, err := interceptor(otelExtract(incoming, c.prop), nil, info, handler); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-		reportCPU(b, cpu)
-		if _, st := otelsession.Lookup(sink, otelsession.FieldPlatform); st != otelsession.Set {
-			b.Fatal("the session was not accepted")
-		}
-	})
+			stop()
+			if got := otelsession.FromContext(sink); got != sent {
+				b.Fatalf("the handler saw %+v, want the session sent", got)
+			}
+		})
+	}
 
 	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	otelInject := func(ctx context.Context) context.Context {
+	// otelInject is what otelgrpc's client handler does with prop.
+	otelInject := func(ctx context.Context, prop otelprop.TextMapPropagator) context.Context {
 		m, ok := metadata.FromOutgoingContext(ctx)
 		if !ok {
 			m = metadata.MD{}
 		}
-		w3c.Inject(ctx, grpcsession.MetadataCarrier(m))
+		prop.Inject(ctx, otelgrpcSupplier{m})
 		return metadata.NewOutgoingContext(ctx, m)
-	}
-	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-		sink = otelInject(ctx)
-		return nil
 	}
 	b.Run("client/otelgrpc", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		defer benchcpu.Time(b)()
 		for b.Loop() {
-			sink = otelInject(session)
+			sink = otelInject(session, w3c)
 		}
-		reportCPU(b, cpu)
 	})
-	b.Run("client/otelgrpc+policy", func(b *testing.B) {
-		interceptor := grpcsession.UnaryClientInterceptor(grpcsession.WithPropagator(w3c),
-			grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
-		b.ReportAllocs()
-		cpu := cpuTime()
-		for b.Loop() {
-			if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
-				b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		prop otelprop.TextMapPropagator // otelgrpc's
+	}{
+		{"client/otelgrpc_except_baggage+policy", recommended},
+		{"client/otelgrpc_given_W3C_too+policy", w3c},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			interceptor := grpcsession.UnaryClientInterceptor(grpcsession.WithPropagator(w3c),
+				grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+			invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				sink = otelInject(ctx, c.prop)
+				return nil
 			}
-		}
-		reportCPU(b, cpu)
-	})
+			b.ReportAllocs()
+			stop := benchcpu.Time(b)
+			for b.Loop() {
+				if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stop()
+			// What goes on the wire: the session once, as the raw path sends it.
+			m, _ := metadata.FromOutgoingContext(sink)
+			got := otelsession.FromContext(w3c.Extract(context.Background(), grpcsession.MetadataCarrier(m)))
+			if got != sent || len(m.Get("baggage")) != 1 {
+				b.Fatalf("the call carries %d baggage lines and the session %+v, want one line with the session sent", len(m.Get("baggage")), got)
+			}
+		})
+	}
 	_ = sink
 }
 
-// cpuTime is the CPU time this process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+// otelgrpcSupplier is otelgrpc's own carrier (metadataSupplier, unexported),
+// copied so that the steps run what otelgrpc runs: without a Values method,
+// the W3C baggage propagator parses the line once.
+type otelgrpcSupplier struct{ md metadata.MD }
+
+func (s otelgrpcSupplier) Get(key string) string {
+	if v := s.md.Get(key); len(v) > 0 {
+		return v[0]
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return ""
 }
 
-// reportCPU reports the CPU time used since start per iteration.
-func reportCPU(b *testing.B, start time.Duration) {
-	if b.N > 0 {
-		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+func (s otelgrpcSupplier) Set(key, value string) { s.md.Set(key, value) }
+
+func (s otelgrpcSupplier) Keys() []string {
+	out := make([]string, 0, len(s.md))
+	for k := range s.md {
+		out = append(out, k)
 	}
+	return out
 }

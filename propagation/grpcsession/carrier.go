@@ -75,3 +75,94 @@ func (c MetadataCarrier) Delete(key string) {
 		}
 	}
 }
+
+// callMD is the carrier the interceptors use over the metadata of one call,
+// a copy that metadata.FromIncomingContext or FromOutgoingContext returned
+// with lower-cased keys. MetadataCarrier walks the whole map on every read
+// and write to find other spellings of the key; the propagators and the
+// policy touch a call's metadata about six times, and those walks cost more
+// than the rest of the policy's bookkeeping. While every key of the map is
+// lower-case ASCII, an ASCII key matches under case folding only its own
+// lower-case spelling, so one map look-up gives exactly MetadataCarrier's
+// answer. The first key written that is not lower-case ASCII (no W3C
+// propagator writes one) turns the walks back on.
+type callMD struct {
+	md    metadata.MD
+	plain bool // every key of md is lower-case ASCII
+}
+
+var (
+	_ otelprop.TextMapCarrier = (*callMD)(nil)
+	_ otelprop.ValuesGetter   = (*callMD)(nil)
+	_ propagation.Deleter     = (*callMD)(nil)
+)
+
+func newCallMD(md metadata.MD) *callMD {
+	c := &callMD{md: md, plain: true}
+	for k := range md {
+		if !lowerASCII(k) {
+			c.plain = false
+			break
+		}
+	}
+	return c
+}
+
+// lowerASCII reports whether s is ASCII without an upper-case letter.
+func lowerASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 || c >= 'A' && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// fast returns the one spelling of key the map can hold, or false when
+// MetadataCarrier's walk is needed.
+func (c *callMD) fast(key string) (string, bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] >= 0x80 {
+			return "", false
+		}
+	}
+	return strings.ToLower(key), c.plain // no allocation for a lower-case key
+}
+
+func (c *callMD) Get(key string) string {
+	if v := c.Values(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c *callMD) Values(key string) []string {
+	if lk, ok := c.fast(key); ok {
+		return c.md[lk]
+	}
+	return MetadataCarrier(c.md).Values(key)
+}
+
+func (c *callMD) Set(key, value string) {
+	if c.md == nil {
+		return
+	}
+	if lk, ok := c.fast(key); ok {
+		c.md[lk] = []string{value}
+		return
+	}
+	MetadataCarrier(c.md).Set(key, value)
+	if !lowerASCII(strings.ToLower(key)) {
+		c.plain = false
+	}
+}
+
+func (c *callMD) Keys() []string { return MetadataCarrier(c.md).Keys() }
+
+func (c *callMD) Delete(key string) {
+	if lk, ok := c.fast(key); ok {
+		delete(c.md, lk)
+		return
+	}
+	MetadataCarrier(c.md).Delete(key)
+}

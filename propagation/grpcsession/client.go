@@ -57,12 +57,12 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 
 // clientContext is the whole client-side step for one call.
 func (c *config) clientContext(ctx context.Context, cc *grpc.ClientConn, method string) context.Context {
-	d := destOf(cc, method)
+	d := c.destOf(cc, method)
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy with lower-case keys, appended pairs merged
 	if md == nil {
 		md = metadata.MD{}
 	}
-	carrier := MetadataCarrier(md)
+	carrier := newCallMD(md)
 	carrier.Delete(baggageBinKey)
 	if err := c.outbound.Inject(ctx, c.propagator(), carrier, d); err != nil {
 		// The call still goes, without the session or unsigned, as err says.
@@ -145,22 +145,32 @@ func withSessionAsWritten(ctx context.Context, lines []string) context.Context {
 }
 
 // destOf describes a call for the outbound policy.
-func destOf(cc *grpc.ClientConn, method string) propagation.Dest {
+func (c *config) destOf(cc *grpc.ClientConn, method string) propagation.Dest {
 	var target string
 	if cc != nil {
 		target = cc.Target()
 	}
-	authority := targetAuthority(target)
-	name := authority
-	if h, _, err := net.SplitHostPort(authority); err == nil {
-		name = h
+	// A connection's target never changes, and interceptors usually serve
+	// one connection: its authority is worked out once (for a
+	// "dns:///host:port" target that is a url.Parse), not per call.
+	t := c.lastTarget.Load()
+	if t == nil || t.target != target {
+		t = &targetNames{target: target, authority: targetAuthority(target)}
+		t.name = t.authority
+		if h, _, err := net.SplitHostPort(t.authority); err == nil {
+			t.name = h
+		}
+		c.lastTarget.Store(t)
 	}
 	return propagation.Dest{
 		Transport: propagation.TransportGRPC,
-		Name:      name,
-		URL:       &url.URL{Scheme: "grpc", Host: authority, Path: method},
+		Name:      t.name,
+		URL:       &url.URL{Scheme: "grpc", Host: t.authority, Path: method},
 	}
 }
+
+// targetNames is what destOf works out from a connection's target.
+type targetNames struct{ target, authority, name string }
 
 // targetAuthority returns the host[:port] a gRPC target names:
 // "dns:///notify.internal:443" and "notify.internal:443" both name

@@ -2,6 +2,7 @@ package grpcsession
 
 import (
 	"context"
+	"sync/atomic"
 
 	otelprop "go.opentelemetry.io/otel/propagation"
 
@@ -20,6 +21,7 @@ type config struct {
 	unauthenticated bool
 	onError         func(ctx context.Context, fullMethod string, err error)
 	onAccept        func(ctx context.Context, fullMethod string)
+	lastTarget      atomic.Pointer[targetNames] // the client's last target, worked out
 }
 
 func newConfig(opts []Option) *config {

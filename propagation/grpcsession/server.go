@@ -89,7 +89,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if md == nil {
 		md = metadata.MD{}
 	}
-	carrier := MetadataCarrier(md)
+	carrier := newCallMD(md)
 	var binErr error
 	if len(carrier.Values(baggageBinKey)) > 0 {
 		// No W3C format is binary. A peer that sends one is either confused
@@ -166,7 +166,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 // method: the W3C propagator then parses the line once, where through Values
 // it parses it and builds the baggage again from its members, which doubles
 // the cost of the most common call. Several lines go through Values.
-type oneBaggageLine struct{ c MetadataCarrier }
+type oneBaggageLine struct{ c *callMD }
 
 func (o oneBaggageLine) Get(key string) string { return o.c.Get(key) }
 func (o oneBaggageLine) Set(key, value string) { o.c.Set(key, value) }

@@ -1,0 +1,76 @@
+package grpcsession_test
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/grpcsession"
+)
+
+// Allocation budgets of the interceptors' per-call steps in the recommended
+// configuration (BenchmarkSteps' otelgrpc_except_baggage+policy rows, the
+// interceptor's part only), asserted without timing anything: a change that
+// makes a call allocate more fails here, not only in a benchmark. The race
+// detector does not change what these allocate.
+func TestInterceptorAllocationBudget(t *testing.T) {
+	session := otelsession.Bind(bound(), benchSession)
+	md := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
+	w3c.Inject(session, otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	pr := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50000}}
+	incoming := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+	// What otelgrpc's server handler, given ExceptBaggage, hands on.
+	incoming = grpcsession.ExceptBaggage(w3c).Extract(incoming, grpcsession.MetadataCarrier(md))
+
+	server := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+	var got context.Context
+	handler := func(ctx context.Context, _ any) (any, error) { got = ctx; return nil, nil }
+	n := testing.AllocsPerRun(100, func() { _, _ = server(incoming, nil, info, handler) })
+	if _, st := otelsession.Lookup(got, otelsession.FieldPlatform); st != otelsession.Set {
+		t.Fatal("the server interceptor did not accept the session")
+	}
+	t.Logf("server interceptor: %.0f allocations per call", n)
+	if n > serverBudget {
+		t.Errorf("the server interceptor allocates %.0f times per call, budget %d", n, serverBudget)
+	}
+
+	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := grpcsession.UnaryClientInterceptor(grpcsession.WithPropagator(w3c),
+		grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		got = ctx
+		return nil
+	}
+	n = testing.AllocsPerRun(100, func() { _ = client(session, info.FullMethod, nil, nil, conn, invoker) })
+	if m, _ := metadata.FromOutgoingContext(got); len(m.Get("baggage")) != 1 {
+		t.Fatalf("the client interceptor wrote %d baggage lines, want 1", len(m.Get("baggage")))
+	}
+	t.Logf("client interceptor: %.0f allocations per call", n)
+	if n > clientBudget {
+		t.Errorf("the client interceptor allocates %.0f times per call, budget %d", n, clientBudget)
+	}
+}
+
+// The budgets: what the steps allocated when they were set (2026-12-03,
+// grpc v1.85.0, otel v1.47.0), for a full session and one application
+// member. Most of them are OpenTelemetry's (parsing and writing the
+// baggage line); raise them only with a reason, such as a new OpenTelemetry
+// release that allocates more.
+const (
+	serverBudget = 45
+	clientBudget = 30
+)
