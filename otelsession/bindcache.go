@@ -230,6 +230,7 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	}
 	next := &builtBaggage{msgID: msgID, b: b, own: *last.loc}
 	next.own.checked = b
+	next.own.setRemote(int(FieldMessageID)-1, v)
 	next.loc = &next.own
 	ent.last.Store(next)
 	return next, true

@@ -64,7 +64,10 @@ func Getenv(ctx context.Context, name, def string) string {
 // tell them apart, [Getenv] to fall back to the environment). The cron
 // auto-deliver fields are not part of a Session.
 func FromContext(ctx context.Context) Session {
-	get := func(f Field) string { v, _ := Lookup(ctx, f); return v }
+	// One reading of the context (Range), not one per field.
+	var vals [numFields]string
+	Range(ctx, func(f Field, v string, _ State) bool { vals[f-1] = v; return true })
+	get := func(f Field) string { return vals[f-1] }
 	s := Session{
 		Platform:                      get(FieldPlatform),
 		Source:                        get(FieldSource),
@@ -163,8 +166,10 @@ func declaredStateless(ctx context.Context) bool {
 func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
-	// Once every member of b has been found, the fields left are Unset
-	// without a look-up.
+	// A baggage a writer built and recorded is read from that record, with
+	// no look-up at all; otherwise, once every member of b has been found,
+	// the fields left are Unset without a look-up.
+	rec := l != nil && b.Len() > 0 && sameBaggage(b, l.checked)
 	found, n := 0, b.Len()
 	for i := range numFields {
 		var v string
@@ -173,6 +178,8 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 			if l != nil {
 				v, st = l.vals[j], l.st[j]
 			}
+		} else if rec {
+			v, st = l.remote[i], l.remoteSt[i]
 		} else if found < n {
 			if v, st = memberState(b.Member(fieldKeys[i])); st != Unset {
 				found++
@@ -192,6 +199,7 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
 	n := b.Len()
+	rec := l != nil && n > 0 && sameBaggage(b, l.checked) // as in Range
 	for _, f := range fields {
 		if !f.Valid() {
 			continue
@@ -202,6 +210,8 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 			if l != nil {
 				v, st = l.vals[j], l.st[j]
 			}
+		} else if rec {
+			v, st = l.remote[f-1], l.remoteSt[f-1]
 		} else if n > 0 {
 			v, st = memberState(b.Member(fieldKeys[f-1]))
 		}

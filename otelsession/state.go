@@ -72,6 +72,23 @@ type local struct {
 	checked baggage.Baggage
 	// checkedPresent is whether checked holds any session member.
 	checkedPresent bool
+	// remote and remoteSt are the value and state of every remote field in
+	// checked, by field index (the local fields' slots stay empty), written
+	// whenever checked is: while the context's baggage is checked, Range
+	// reads them here instead of looking each field up in the baggage.
+	remote   [numFields]string
+	remoteSt [numFields]State
+}
+
+// setRemote records v, as the baggage holds it (ClearedValue for Cleared),
+// as field index i's value in checked.
+func (l *local) setRemote(i int, v string) {
+	switch v {
+	case "", ClearedValue:
+		l.remote[i], l.remoteSt[i] = "", Cleared
+	default:
+		l.remote[i], l.remoteSt[i] = v, Set
+	}
 }
 
 type localKey struct{}

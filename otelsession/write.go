@@ -319,11 +319,11 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		}
 	}
 	var checked baggage.Baggage
-	var present bool
+	var present, oldChecked bool
 	if remote {
 		old := baggage.FromContext(ctx)
 		oldLocal := localFrom(ctx)
-		oldChecked := oldLocal != nil && sameBaggage(old, oldLocal.checked)
+		oldChecked = oldLocal != nil && sameBaggage(old, oldLocal.checked)
 		b, kept, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
@@ -371,6 +371,22 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
 			l.checked, l.checkedPresent = checked, present
+			if checked.Len() > 0 {
+				// What checked holds: the fields this edit wrote, over those
+				// kept from the checked baggage before it, whose record l
+				// copied; without one, nothing was kept.
+				if !oldChecked {
+					l.remote, l.remoteSt = [numFields]string{}, [numFields]State{}
+				}
+				for _, f := range remoteFields {
+					switch i := int(f) - 1; e.op[i] {
+					case opUnset:
+						l.remote[i], l.remoteSt[i] = "", Unset
+					case opSet:
+						l.setRemote(i, e.val[i])
+					}
+				}
+			}
 		}
 		ctx = context.WithValue(ctx, localKey{}, &l)
 	}

@@ -1,0 +1,118 @@
+package otelsession_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// Range and RangeFields read a baggage a writer built from the writer's own
+// record of it instead of looking each field up. Whatever sequence of
+// writes, and of baggage replaced behind the library's back, led to a
+// context, they must see exactly what a look-up of every field sees.
+func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 15))
+	fields := otelsession.Fields()
+	value := func() string {
+		switch rng.IntN(4) {
+		case 0:
+			return "" // Cleared
+		case 1:
+			return "v" + strconv.Itoa(rng.IntN(3))
+		default:
+			return "x-" + strconv.Itoa(rng.IntN(1000))
+		}
+	}
+	session := func() otelsession.Session {
+		s := fullSession()
+		s.ChatID, s.ThreadID, s.MessageID, s.UserName = value(), value(), value(), value()
+		if rng.IntN(2) == 0 {
+			s.MessageID = strconv.Itoa(rng.IntN(4)) // the bind cache's next-message path
+		}
+		return s
+	}
+	foreign := func(t *testing.T, ctx context.Context, withSession bool) context.Context {
+		t.Helper()
+		m, err := baggage.NewMemberRaw("app.tenant", value()+"t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := []baggage.Member{m}
+		if withSession {
+			// A session member nobody checked (another propagator's, say).
+			sm, err := baggage.NewMemberRaw(otelsession.FieldChatID.Key(), "unchecked-"+strconv.Itoa(rng.IntN(9)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, sm)
+		}
+		b, err := baggage.New(ms...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return baggage.ContextWithBaggage(ctx, b)
+	}
+	steps := []struct {
+		name string
+		do   func(t *testing.T, ctx context.Context) context.Context
+	}{
+		{"Bind", func(_ *testing.T, ctx context.Context) context.Context { return otelsession.Bind(ctx, session()) }},
+		{"Bind over Reset", func(_ *testing.T, ctx context.Context) context.Context {
+			return otelsession.Bind(otelsession.Reset(ctx), session())
+		}},
+		{"With", func(_ *testing.T, ctx context.Context) context.Context {
+			return otelsession.With(ctx, fields[rng.IntN(len(fields))], value())
+		}},
+		{"Clear", func(_ *testing.T, ctx context.Context) context.Context { return otelsession.Clear(ctx) }},
+		{"Reset", func(_ *testing.T, ctx context.Context) context.Context { return otelsession.Reset(ctx) }},
+		{"WithSessionID", func(_ *testing.T, ctx context.Context) context.Context {
+			return otelsession.WithSessionID(ctx, value())
+		}},
+		{"baggage replaced", func(t *testing.T, ctx context.Context) context.Context { return foreign(t, ctx, false) }},
+		{"baggage replaced, with a session member", func(t *testing.T, ctx context.Context) context.Context { return foreign(t, ctx, true) }},
+		{"baggage removed", func(_ *testing.T, ctx context.Context) context.Context { return baggage.ContextWithoutBaggage(ctx) }},
+		{"a member set over the checked baggage", func(t *testing.T, ctx context.Context) context.Context {
+			m, err := baggage.NewMemberRaw(otelsession.FieldThreadID.Key(), "set-by-hand")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := baggage.FromContext(ctx).SetMember(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return baggage.ContextWithBaggage(ctx, b)
+		}},
+	}
+	for run := range 300 {
+		ctx := context.Background()
+		var trail []string
+		for range 1 + rng.IntN(6) {
+			s := steps[rng.IntN(len(steps))]
+			ctx = s.do(t, ctx)
+			trail = append(trail, s.name)
+			want := map[otelsession.Field]string{}
+			for _, f := range fields {
+				v, st := otelsession.Lookup(ctx, f)
+				want[f] = fmt.Sprintf("%q %v", v, st)
+			}
+			otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+				if got := fmt.Sprintf("%q %v", v, st); got != want[f] {
+					t.Fatalf("run %d, after %v: Range gives %s = %s, Lookup %s", run, trail, f, got, want[f])
+				}
+				return true
+			})
+			otelsession.RangeFields(ctx, fields, func(f otelsession.Field, v string, st otelsession.State) bool {
+				if got := fmt.Sprintf("%q %v", v, st); got != want[f] {
+					t.Fatalf("run %d, after %v: RangeFields gives %s = %s, Lookup %s", run, trail, f, got, want[f])
+				}
+				return true
+			})
+		}
+	}
+}
