@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -64,17 +65,14 @@ func BenchmarkSpanStart(b *testing.B) {
 	})
 	b.Run("baseline/default_attributes_given_at_start", func(b *testing.B) {
 		// The SDK's own cost of the attributes the processor records by
-		// default (the user id as a hash of the same length, the session key
-		// again as gen_ai.conversation.id): eight for this session.
+		// default (the user id as a hash of the same length): seven for
+		// this session.
 		var attrs []attribute.KeyValue
 		otelsession.RangeFields(ctx, sessiontrace.DefaultSpanFields(), func(f otelsession.Field, v string, st otelsession.State) bool {
 			if f == otelsession.FieldUserID {
 				v = "hmac:0123456789abcdef0123456789abcdef"
 			}
 			attrs = append(attrs, attribute.String(f.Key(), v))
-			if f == otelsession.FieldSessionKey {
-				attrs = append(attrs, sessiontrace.ConversationIDKey.String(v))
-			}
 			return true
 		})
 		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
@@ -83,6 +81,31 @@ func BenchmarkSpanStart(b *testing.B) {
 	b.Run("sessiontrace/processor", func(b *testing.B) {
 		// The default set, user id hashed: what a deployment with a key records.
 		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key})))
+	})
+	b.Run("sessiontrace/processor_conversation_id", func(b *testing.B) {
+		// The default set and the session key again as gen_ai.conversation.id.
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key, ConversationID: true})))
+	})
+	b.Run("sessiontrace/processor_first_span_of_each_session", func(b *testing.B) {
+		// Every span under a baggage the processor has not seen: what a
+		// span costs when nothing is remembered (4,096 sessions in turn,
+		// more than the processor keeps).
+		ctxs := make([]context.Context, 4096)
+		for i := range ctxs {
+			s := fullSession()
+			s.MessageID = strconv.Itoa(1_000_000 + i)
+			ctxs[i] = otelsession.Bind(context.Background(), s)
+		}
+		tr := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(exporterStandIn{}),
+			sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key}))).Tracer("bench")
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			_, span := tr.Start(ctxs[i%len(ctxs)], "work")
+			span.End()
+			i++
+		}
 	})
 	b.Run("sessiontrace/processor_no_key", func(b *testing.B) {
 		// The default set without a key: the user id is dropped.

@@ -99,21 +99,22 @@ var keys = func() (k [32]attribute.Key) {
 }()
 
 // ConversationIDKey is the OpenTelemetry GenAI semantic convention's
-// conversation attribute. Spans and log records carry it beside session.key,
-// holding the same value, so that tools which group by the convention's
-// attribute (and know nothing of session.*) group by conversation too.
+// conversation attribute. With [Redaction.ConversationID], spans and log
+// records carry it beside session.key, holding the same value, so that tools
+// which group by the convention's attribute (and know nothing of session.*)
+// group by conversation too.
 const ConversationIDKey = attribute.Key("gen_ai.conversation.id")
 
 // attributes appends the fields of the session of ctx, redacted, to dst
-// (every field when fields is nil), and the session key again as
-// gen_ai.conversation.id: a conversation is what the session key names
-// (agent, platform, chat, thread). It follows the session key's redaction,
-// and a Cleared or empty key adds no conversation id, since "no
-// conversation" is not an id to group by.
+// (every field when fields is nil), and with [Redaction.ConversationID] the
+// session key again as gen_ai.conversation.id: a conversation is what the
+// session key names (agent, platform, chat, thread). It follows the session
+// key's redaction, and a Cleared or empty key adds no conversation id, since
+// "no conversation" is not an id to group by.
 func (c *redactor) attributes(ctx context.Context, fields []otelsession.Field, dst []attribute.KeyValue) []attribute.KeyValue {
 	add := func(f otelsession.Field, v string) {
 		dst = append(dst, keys[f].String(v))
-		if f == otelsession.FieldSessionKey && v != "" {
+		if c.conversation && f == otelsession.FieldSessionKey && v != "" {
 			dst = append(dst, ConversationIDKey.String(v))
 		}
 	}
