@@ -57,17 +57,22 @@ func memberState(b baggage.Baggage, key string) (string, State) {
 // when the variable exists, even if empty, and def when it does not.
 func Getenv(ctx context.Context, name, def string) string {
 	if f := fieldByEnv(name); f != 0 {
-		// Lookup's body, repeated so that a bound name costs one call
-		// fewer (Getenv within 10% of a bare baggage read).
-		var v string
-		var st State
+		// Lookup's body, written out so that a bound name costs two calls
+		// fewer (Getenv within 10% of a bare baggage read): only Unset
+		// falls through to the environment.
 		if j := localIndex[f-1]; j >= 0 {
-			v, st = localState(ctx, j)
+			if v, st := localState(ctx, j); st != Unset {
+				return v
+			}
 		} else {
-			v, st = memberState(baggage.FromContext(ctx), fieldKeys[f-1])
-		}
-		if st != Unset {
-			return v
+			// memberState's cases, as Getenv needs them.
+			m := baggage.FromContext(ctx).Member(fieldKeys[f-1])
+			switch v := m.Value(); {
+			case v == ClearedValue:
+				return "" // Cleared
+			case v != "" || m.Key() != "":
+				return v // Set, or Cleared by an empty value
+			}
 		}
 	}
 	if v, ok := fallback.EnvFrom(ctx).LookupEnv(name); ok {
