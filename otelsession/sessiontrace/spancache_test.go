@@ -3,6 +3,7 @@ package sessiontrace_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -150,5 +151,46 @@ func TestSpanProcessorMemoConcurrent(t *testing.T) {
 		if chat != s.Name() {
 			t.Fatalf("span of chat %s carried chat %q", s.Name(), chat)
 		}
+	}
+}
+
+// What a processor's memo keeps alive when full: its entries, their
+// attribute slices and the baggages they hold. Measured over baggage built
+// without Bind, whose own cache would otherwise hold the same maps.
+func TestSpanProcessorMemoMemoryBound(t *testing.T) {
+	full := baggage.FromContext(otelsession.Bind(context.Background(), fullSession())).Members()
+	measure := func(p *sessiontrace.SpanProcessor, sessions int) float64 {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
+		defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+		tr := tp.Tracer("test")
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range sessions {
+			ms := make([]baggage.Member, 0, len(full))
+			for _, m := range full {
+				if m.Key() == otelsession.FieldChatID.Key() {
+					// A fresh value per session, as a gateway decodes it.
+					var err error
+					m, err = baggage.NewMemberRaw(m.Key(), fmt.Sprintf("-100%010d", i))
+					require.NoError(t, err)
+				}
+				ms = append(ms, m)
+			}
+			b, err := baggage.New(ms...)
+			require.NoError(t, err)
+			_, span := tr.Start(baggage.ContextWithBaggage(context.Background(), b), "work")
+			span.End()
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(p)
+		return float64(int64(after.HeapAlloc) - int64(before.HeapAlloc))
+	}
+	// Eight sessions per slot: every slot all but surely filled.
+	held := measure(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: []byte("k")}), 8*256)
+	t.Logf("a full memo of %d-member sessions holds %.0f KiB (%.0f bytes a slot)", len(full), held/1024, held/256)
+	if held > 1<<20 {
+		t.Errorf("a processor's full memo holds %.0f KiB, want under 1 MiB", held/1024)
 	}
 }
