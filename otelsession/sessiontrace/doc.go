@@ -8,7 +8,7 @@
 // identity that finds one message's trace and tells where its reply goes
 // (session.platform, session.scope_id, session.chat_id, session.thread_id,
 // session.message_id), its conversation (session.key) and the user id as a
-// keyed hash: every attribute costs the SDK about 0.1 µs per span, so the
+// keyed hash: every attribute costs the SDK time on every span, so the
 // other fields are opt-in ([Redaction.SpanFields]). Baggage is immutable, so
 // a processor builds the attributes of a baggage once and reuses them for
 // every span started under it (a bounded memo per processor, keyed by the

@@ -35,10 +35,11 @@ type Redaction struct {
 	// correlation with older traces. Without a key, Hash means Drop.
 	HashKey []byte
 	// SpanFields are the fields [SpanProcessor] records on every span; nil
-	// is [DefaultSpanFields]. Every attribute costs the SDK about 0.1 µs
-	// per span to store and export, so spans carry the routing identity
-	// and the rest is opt-in: otelsession.Fields() records every field, as
-	// logs do. Log handlers and processors ignore it.
+	// is [DefaultSpanFields]. Every attribute costs the SDK time on every
+	// span (it stores, de-duplicates and snapshots each; the README's span
+	// rows say how much), so spans carry the routing identity and the rest
+	// is opt-in: otelsession.Fields() records every field, as logs do. Log
+	// handlers and processors ignore it.
 	SpanFields []otelsession.Field
 	// ConversationID records the session key a second time, as
 	// gen_ai.conversation.id ([ConversationIDKey]), on spans and log
@@ -46,7 +47,8 @@ type Redaction struct {
 	// conversation attribute and know nothing of session.*. Off by default:
 	// the convention puts that attribute on GenAI operations (a model call,
 	// an agent turn), session.key already holds the value, and the copy
-	// costs every span about 0.1 µs. `sessionctl trace` groups by either.
+	// costs every span one more attribute. `sessionctl trace` groups by
+	// either.
 	ConversationID bool
 }
 
