@@ -446,3 +446,59 @@ func TestRangeAgreesWithLookup(t *testing.T) {
 	otelsession.Range(ctx, func(otelsession.Field, string, otelsession.State) bool { n++; return n < 3 })
 	assert.Equal(t, 3, n, "Range stops when fn returns false")
 }
+
+// Getenv reads a bound field as Lookup does, for every field and every way a
+// member can stand in the baggage (absent, empty, the Cleared marker as a
+// peer sends it, a value) or a local field can be bound: only Unset falls
+// back to the environment.
+func TestGetenvAgreesWithLookup(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{}
+	for _, f := range otelsession.Fields() {
+		env[f.Name()] = "from-env"
+	}
+	base, _ := envCtx(env)
+	members := map[string]func(f otelsession.Field) (context.Context, error){
+		"absent": func(otelsession.Field) (context.Context, error) { return base, nil },
+		"empty member": func(f otelsession.Field) (context.Context, error) {
+			return withRawMember(base, f.Key(), "")
+		},
+		"Cleared marker": func(f otelsession.Field) (context.Context, error) {
+			return withRawMember(base, f.Key(), otelsession.ClearedValue)
+		},
+		"value member": func(f otelsession.Field) (context.Context, error) {
+			return withRawMember(base, f.Key(), "v1")
+		},
+		"With a value": func(f otelsession.Field) (context.Context, error) { return otelsession.With(base, f, "v2"), nil },
+		"With empty":   func(f otelsession.Field) (context.Context, error) { return otelsession.With(base, f, ""), nil },
+		"Bind and Clear": func(otelsession.Field) (context.Context, error) {
+			return otelsession.Clear(otelsession.Bind(base, fullSession())), nil
+		},
+	}
+	for how, mk := range members {
+		for _, f := range otelsession.Fields() {
+			ctx, err := mk(f)
+			require.NoError(t, err, "%s %s", how, f)
+			v, st := otelsession.Lookup(ctx, f)
+			want := v
+			if st == otelsession.Unset {
+				want = "from-env"
+			}
+			assert.Equal(t, want, otelsession.Getenv(ctx, f.Name(), "def"), "%s: %s (%s)", how, f.Name(), st)
+		}
+	}
+}
+
+// withRawMember puts key=value into ctx's baggage as a peer could send it,
+// without otelsession's checks.
+func withRawMember(ctx context.Context, key, value string) (context.Context, error) {
+	m, err := baggage.NewMemberRaw(key, value)
+	if err != nil {
+		return nil, fmt.Errorf("member %s=%q: %w", key, value, err)
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		return nil, fmt.Errorf("set member %s: %w", key, err)
+	}
+	return baggage.ContextWithBaggage(ctx, b), nil
+}

@@ -62,6 +62,43 @@ func TestRecordedRunWithSessionsIsClean(t *testing.T) {
 	}
 }
 
+// A span processor records gen_ai.conversation.id only when asked to
+// (sessiontrace.Redaction.ConversationID): without it the same run groups
+// into the same conversations, by session.key, and checks as clean.
+func TestConversationsWithoutTheGenAIConversationID(t *testing.T) {
+	traces, err := readSaved(fixtureBaggage)
+	require.NoError(t, err)
+	want := explore(traces)
+	stripped := 0
+	for i := range traces {
+		for j := range traces[i].Spans {
+			sp := &traces[i].Spans[j]
+			tags := sp.Tags[:0]
+			for _, kv := range sp.Tags {
+				if kv.Key == tagConversation {
+					stripped++
+					continue
+				}
+				tags = append(tags, kv)
+			}
+			sp.Tags = tags
+		}
+	}
+	require.Positive(t, stripped, "the fixture carries the GenAI conversation id")
+	got := explore(traces)
+	assert.Empty(t, got.Anomalies)
+	assert.Equal(t, want.Messages, got.Messages)
+	assert.Equal(t, want.Completions, got.Completions)
+	ids := func(ex *Exploration) map[string]int {
+		m := map[string]int{}
+		for _, c := range ex.Conversations {
+			m[c.ID] = len(c.Traces)
+		}
+		return m
+	}
+	assert.Equal(t, ids(want), ids(got), "the same conversations, each with the same traces")
+}
+
 func TestRecordedRunWithTheEnvironmentStoreIsFlagged(t *testing.T) {
 	ex := exploreFile(t, fixtureEnv)
 	kinds := map[string]int{}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,19 +40,44 @@ func (exporterStandIn) OnEnd(sdktrace.ReadOnlySpan)                     {}
 func (exporterStandIn) Shutdown(context.Context) error                  { return nil }
 func (exporterStandIn) ForceFlush(context.Context) error                { return nil }
 
+// setAttributes is a span processor that sets fixed attributes at start.
+type setAttributes []attribute.KeyValue
+
+func (a setAttributes) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) { s.SetAttributes(a...) }
+func (setAttributes) OnEnd(sdktrace.ReadOnlySpan)                           {}
+func (setAttributes) Shutdown(context.Context) error                        { return nil }
+func (setAttributes) ForceFlush(context.Context) error                      { return nil }
+
 func BenchmarkSpanStart(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), fullSession())
-	run := func(b *testing.B, startOpts []trace.SpanStartOption, opts ...sdktrace.TracerProviderOption) {
+	// runOver starts each span under the next of ctxs.
+	runOver := func(b *testing.B, ctxs []context.Context, startOpts []trace.SpanStartOption, opts ...sdktrace.TracerProviderOption) {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(exporterStandIn{}))
 		tr := sdktrace.NewTracerProvider(opts...).Tracer("bench")
 		defer benchcpu.Time(b)()
 		b.ReportAllocs()
+		i := 0
 		for b.Loop() {
-			_, span := tr.Start(ctx, "work", startOpts...)
+			_, span := tr.Start(ctxs[i%len(ctxs)], "work", startOpts...)
 			span.End()
+			i++
 		}
 	}
+	run := func(b *testing.B, startOpts []trace.SpanStartOption, opts ...sdktrace.TracerProviderOption) {
+		runOver(b, []context.Context{ctx}, startOpts, opts...)
+	}
+	// Sessions in turn, more than a processor remembers (256), so that a
+	// span's baggage is almost never the processor's memo: the cost of the
+	// first span of each session. The baseline spans over the same contexts,
+	// whose baggage is as far from the CPU's caches.
+	many := make([]context.Context, 1024)
+	for i := range many {
+		s := fullSession()
+		s.MessageID = strconv.Itoa(1_000_000 + i)
+		many[i] = otelsession.Bind(context.Background(), s)
+	}
 	b.Run("baseline/no_session_attributes", func(b *testing.B) { run(b, nil) })
+	b.Run("baseline/no_session_attributes_1024_sessions_in_turn", func(b *testing.B) { runOver(b, many, nil) })
 	b.Run("baseline/same_attributes_given_at_start", func(b *testing.B) {
 		var attrs []attribute.KeyValue
 		otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
@@ -62,27 +88,36 @@ func BenchmarkSpanStart(b *testing.B) {
 		})
 		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
 	})
+	// The attributes the processor records by default (the user id as a
+	// hash of the same length): seven for this session.
+	var defaults []attribute.KeyValue
+	otelsession.RangeFields(ctx, sessiontrace.DefaultSpanFields(), func(f otelsession.Field, v string, st otelsession.State) bool {
+		if f == otelsession.FieldUserID {
+			v = "hmac:0123456789abcdef0123456789abcdef"
+		}
+		defaults = append(defaults, attribute.String(f.Key(), v))
+		return true
+	})
 	b.Run("baseline/default_attributes_given_at_start", func(b *testing.B) {
-		// The SDK's own cost of the attributes the processor records by
-		// default (the user id as a hash of the same length, the session key
-		// again as gen_ai.conversation.id): eight for this session.
-		var attrs []attribute.KeyValue
-		otelsession.RangeFields(ctx, sessiontrace.DefaultSpanFields(), func(f otelsession.Field, v string, st otelsession.State) bool {
-			if f == otelsession.FieldUserID {
-				v = "hmac:0123456789abcdef0123456789abcdef"
-			}
-			attrs = append(attrs, attribute.String(f.Key(), v))
-			if f == otelsession.FieldSessionKey {
-				attrs = append(attrs, sessiontrace.ConversationIDKey.String(v))
-			}
-			return true
-		})
-		run(b, []trace.SpanStartOption{trace.WithAttributes(attrs...)})
+		run(b, []trace.SpanStartOption{trace.WithAttributes(defaults...)})
+	})
+	b.Run("baseline/default_attributes_set_at_start", func(b *testing.B) {
+		// The SDK's own cost of them: a processor that sets the same
+		// prebuilt attributes and does nothing else, the floor of any
+		// span processor recording them.
+		run(b, nil, sdktrace.WithSpanProcessor(setAttributes(defaults)))
 	})
 	key := []byte("k")
 	b.Run("sessiontrace/processor", func(b *testing.B) {
 		// The default set, user id hashed: what a deployment with a key records.
 		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key})))
+	})
+	b.Run("sessiontrace/processor_conversation_id", func(b *testing.B) {
+		// The default set and the session key again as gen_ai.conversation.id.
+		run(b, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key, ConversationID: true})))
+	})
+	b.Run("sessiontrace/processor_1024_sessions_in_turn", func(b *testing.B) {
+		runOver(b, many, nil, sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: key})))
 	})
 	b.Run("sessiontrace/processor_no_key", func(b *testing.B) {
 		// The default set without a key: the user id is dropped.

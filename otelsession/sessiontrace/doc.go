@@ -8,8 +8,12 @@
 // identity that finds one message's trace and tells where its reply goes
 // (session.platform, session.scope_id, session.chat_id, session.thread_id,
 // session.message_id), its conversation (session.key) and the user id as a
-// keyed hash: every attribute costs the SDK about 0.1 µs per span, so the
-// other fields are opt-in ([Redaction.SpanFields]); [SpanProcessor.Annotate]
+// keyed hash: every attribute costs the SDK time on every span, so the
+// other fields are opt-in ([Redaction.SpanFields]). Baggage is immutable, so
+// a processor builds the attributes of a baggage once and reuses them for
+// every span started under it (a bounded memo per processor, keyed by the
+// baggage's identity); local fields, kept beside the baggage, are read per
+// span. [SpanProcessor.Annotate]
 // does the same for a span that started before its session was decided (a
 // gRPC server span, once the policy accepted the call's session).
 // [LogHandler] wraps an slog.Handler and does the same for every record
@@ -26,11 +30,13 @@
 //     the wire marker (%00, a NUL byte) never appears;
 //   - an Unset field: no attribute.
 //
-// The session key is recorded a second time as gen_ai.conversation.id
-// ([ConversationIDKey], the OpenTelemetry GenAI convention's conversation
-// attribute), with the same redaction, so that tools that group spans by
-// conversation and know nothing of session.* group sessionwire's spans too.
-// A Cleared or empty session key adds no conversation id.
+// With [Redaction.ConversationID] the session key is recorded a second time
+// as gen_ai.conversation.id ([ConversationIDKey], the OpenTelemetry GenAI
+// convention's conversation attribute), with the same redaction, so that
+// tools that group spans by conversation and know nothing of session.* group
+// sessionwire's spans too. It is off by default: the convention puts that
+// attribute on GenAI operations, and session.key already holds the value. A
+// Cleared or empty session key adds no conversation id.
 //
 // A [Redaction] policy decides per field: [Copy] the value, [Hash] it with a
 // keyed HMAC-SHA256 (so equal values correlate but a dictionary of names

@@ -16,8 +16,11 @@ import (
 // Register it with sdktrace.WithSpanProcessor beside the exporting
 // processor. It is safe for concurrent use.
 type SpanProcessor struct {
-	r      *redactor
-	fields []otelsession.Field
+	r *redactor
+	// remote and local are the recorded fields that are baggage members
+	// and those kept beside the baggage.
+	remote, local []otelsession.Field
+	cache         spanCache
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -28,29 +31,29 @@ func NewSpanProcessor(r Redaction) *SpanProcessor {
 	fields := r.SpanFields
 	if fields == nil {
 		fields = DefaultSpanFields()
-	} else {
-		fields = append([]otelsession.Field(nil), fields...)
 	}
-	// A user id on every span is personal data in every trace store: spans
-	// correlate it by its keyed hash unless r.Actions says otherwise.
-	return &SpanProcessor{r: newRedactor(r, map[otelsession.Field]Action{otelsession.FieldUserID: Hash}), fields: fields}
+	p := &SpanProcessor{
+		// A user id on every span is personal data in every trace store:
+		// spans correlate it by its keyed hash unless r.Actions says
+		// otherwise.
+		r: newRedactor(r, map[otelsession.Field]Action{otelsession.FieldUserID: Hash}),
+	}
+	p.remote, p.local = splitFields(fields)
+	return p
 }
 
 // OnStart adds the session attributes.
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
-	// The slice escapes through SetAttributes (an interface call), so it is
-	// sized for the fields recorded rather than kept on the stack.
-	attrs := make([]attribute.KeyValue, 0, len(p.fields)+1)
-	attrs = p.spanAttributes(parent, attrs)
-	if len(attrs) > 0 {
+	// The SDK's span copies what SetAttributes is given, so the cache's
+	// shared slice is handed over as it is; only local fields, when any are
+	// recorded, need a slice of this span's own.
+	var attrs []attribute.KeyValue
+	if len(p.local) > 0 {
+		attrs = make([]attribute.KeyValue, 0, len(p.remote)+len(p.local)+1)
+	}
+	if attrs = p.sessionAttributes(parent, attrs); len(attrs) > 0 {
 		s.SetAttributes(attrs...)
 	}
-}
-
-// spanAttributes appends the span's fields of the session of ctx, redacted,
-// to dst (see [redactor.attributes]).
-func (p *SpanProcessor) spanAttributes(ctx context.Context, dst []attribute.KeyValue) []attribute.KeyValue {
-	return p.r.attributes(ctx, p.fields, dst)
 }
 
 // Annotate sets on span the session attributes of ctx, redacted as OnStart
@@ -66,7 +69,13 @@ func (p *SpanProcessor) Annotate(ctx context.Context, span trace.Span) {
 		return
 	}
 	var buf [24]attribute.KeyValue
-	if attrs := p.spanAttributes(ctx, buf[:0]); len(attrs) > 0 {
+	attrs := p.sessionAttributes(ctx, buf[:0])
+	if len(p.local) == 0 {
+		// span may be any implementation: it gets a copy, never the
+		// cache's slice.
+		attrs = append(buf[:0], attrs...)
+	}
+	if len(attrs) > 0 {
 		span.SetAttributes(attrs...)
 	}
 }
@@ -90,21 +99,22 @@ var keys = func() (k [32]attribute.Key) {
 }()
 
 // ConversationIDKey is the OpenTelemetry GenAI semantic convention's
-// conversation attribute. Spans and log records carry it beside session.key,
-// holding the same value, so that tools which group by the convention's
-// attribute (and know nothing of session.*) group by conversation too.
+// conversation attribute. With [Redaction.ConversationID], spans and log
+// records carry it beside session.key, holding the same value, so that tools
+// which group by the convention's attribute (and know nothing of session.*)
+// group by conversation too.
 const ConversationIDKey = attribute.Key("gen_ai.conversation.id")
 
 // attributes appends the fields of the session of ctx, redacted, to dst
-// (every field when fields is nil), and the session key again as
-// gen_ai.conversation.id: a conversation is what the session key names
-// (agent, platform, chat, thread). It follows the session key's redaction,
-// and a Cleared or empty key adds no conversation id, since "no
-// conversation" is not an id to group by.
+// (every field when fields is nil), and with [Redaction.ConversationID] the
+// session key again as gen_ai.conversation.id: a conversation is what the
+// session key names (agent, platform, chat, thread). It follows the session
+// key's redaction, and a Cleared or empty key adds no conversation id, since
+// "no conversation" is not an id to group by.
 func (c *redactor) attributes(ctx context.Context, fields []otelsession.Field, dst []attribute.KeyValue) []attribute.KeyValue {
 	add := func(f otelsession.Field, v string) {
 		dst = append(dst, keys[f].String(v))
-		if f == otelsession.FieldSessionKey && v != "" {
+		if c.conversation && f == otelsession.FieldSessionKey && v != "" {
 			dst = append(dst, ConversationIDKey.String(v))
 		}
 	}

@@ -35,19 +35,29 @@ type Redaction struct {
 	// correlation with older traces. Without a key, Hash means Drop.
 	HashKey []byte
 	// SpanFields are the fields [SpanProcessor] records on every span; nil
-	// is [DefaultSpanFields]. Every attribute costs the SDK about 0.1 µs
-	// per span to store and export, so spans carry the routing identity
-	// and the rest is opt-in: otelsession.Fields() records every field, as
-	// logs do. Log handlers and processors ignore it.
+	// is [DefaultSpanFields]. Every attribute costs the SDK time on every
+	// span (it stores, de-duplicates and snapshots each; the README's span
+	// rows say how much), so spans carry the routing identity and the rest
+	// is opt-in: otelsession.Fields() records every field, as logs do. Log
+	// handlers and processors ignore it.
 	SpanFields []otelsession.Field
+	// ConversationID records the session key a second time, as
+	// gen_ai.conversation.id ([ConversationIDKey]), on spans and log
+	// records: for tools that group by the OpenTelemetry GenAI convention's
+	// conversation attribute and know nothing of session.*. Off by default:
+	// the convention puts that attribute on GenAI operations (a model call,
+	// an agent turn), session.key already holds the value, and the copy
+	// costs every span one more attribute. `sessionctl trace` groups by
+	// either.
+	ConversationID bool
 }
 
 // DefaultSpanFields returns the fields a span carries by default: the
 // routing identity that finds one message's trace and tells where its reply
 // must go (platform, workspace scope, chat, thread, message anchor), the
-// conversation it belongs to (the session key, recorded again as
-// gen_ai.conversation.id, by which `sessionctl trace` and GenAI tools group
-// a conversation's traces) and the user id, hashed (see [SpanProcessor]).
+// conversation it belongs to (the session key, by which `sessionctl trace`
+// groups a conversation's traces) and the user id, hashed (see
+// [SpanProcessor]).
 func DefaultSpanFields() []otelsession.Field {
 	return []otelsession.Field{
 		otelsession.FieldPlatform, otelsession.FieldScopeID, otelsession.FieldChatID, otelsession.FieldThreadID,
@@ -65,12 +75,14 @@ const maxCachedHashes = 4096
 type redactor struct {
 	action [otelsession.NumFields + 1]Action // indexed by Field
 	key    []byte
-	mu     sync.RWMutex
-	hashes map[string]string // value -> hashed form; an HMAC per span is too slow
+	// conversation is Redaction.ConversationID.
+	conversation bool
+	mu           sync.RWMutex
+	hashes       map[string]string // value -> hashed form; an HMAC per span is too slow
 }
 
 func newRedactor(r Redaction, defaults map[otelsession.Field]Action) *redactor {
-	c := &redactor{key: append([]byte(nil), r.HashKey...), hashes: make(map[string]string)}
+	c := &redactor{key: append([]byte(nil), r.HashKey...), conversation: r.ConversationID, hashes: make(map[string]string)}
 	for _, f := range otelsession.Fields() {
 		c.action[f] = f.Spec().Redact
 	}

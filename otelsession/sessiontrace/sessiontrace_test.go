@@ -79,28 +79,69 @@ func TestConversationID(t *testing.T) {
 	s := session()
 	s.SessionKey = "agent:main:telegram:-100123:"
 	got := startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), s))
+	_, ok := got["gen_ai.conversation.id"]
+	assert.False(t, ok, "opt-in: session.key alone by default")
+	assert.Equal(t, s.SessionKey, got["session.key"])
+
+	on := sessiontrace.Redaction{ConversationID: true}
+	got = startSpan(t, on, otelsession.Bind(context.Background(), s))
 	assert.Equal(t, s.SessionKey, got["gen_ai.conversation.id"], "the conversation is the session key")
 	assert.Equal(t, s.SessionKey, got["session.key"])
 
 	// It follows the session key's redaction.
 	key := []byte("test-key-0123456789")
-	got = startSpan(t, sessiontrace.Redaction{HashKey: key, Actions: map[otelsession.Field]sessiontrace.Action{
+	got = startSpan(t, sessiontrace.Redaction{HashKey: key, ConversationID: true, Actions: map[otelsession.Field]sessiontrace.Action{
 		otelsession.FieldSessionKey: sessiontrace.Hash}}, otelsession.Bind(context.Background(), s))
 	assert.True(t, strings.HasPrefix(got["gen_ai.conversation.id"], "hmac:"))
 	assert.Equal(t, got["session.key"], got["gen_ai.conversation.id"])
-	got = startSpan(t, sessiontrace.Redaction{Actions: map[otelsession.Field]sessiontrace.Action{
+	got = startSpan(t, sessiontrace.Redaction{ConversationID: true, Actions: map[otelsession.Field]sessiontrace.Action{
 		otelsession.FieldSessionKey: sessiontrace.Drop}}, otelsession.Bind(context.Background(), s))
-	_, ok := got["gen_ai.conversation.id"]
+	_, ok = got["gen_ai.conversation.id"]
 	assert.False(t, ok, "a dropped session key drops the conversation id")
 
 	// No key, or a Cleared one: no conversation id.
-	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), session()))
+	got = startSpan(t, on, otelsession.Bind(context.Background(), session()))
 	_, ok = got["gen_ai.conversation.id"]
 	assert.False(t, ok, "an Unset session key")
-	s.SessionKey = ""
-	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), s))
+	cleared := s
+	cleared.SessionKey = ""
+	got = startSpan(t, on, otelsession.Bind(context.Background(), cleared))
 	_, ok = got["gen_ai.conversation.id"]
 	assert.False(t, ok, "a Cleared session key")
+
+	// Log records follow the same option.
+	for _, opt := range []bool{false, true} {
+		var buf bytes.Buffer
+		logger := slog.New(sessiontrace.NewLogHandler(slog.NewJSONHandler(&buf, nil), sessiontrace.Redaction{ConversationID: opt}))
+		logger.InfoContext(otelsession.Bind(context.Background(), s), "notified")
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+		if opt {
+			assert.Equal(t, s.SessionKey, rec["gen_ai.conversation.id"], "slog, opted in")
+		} else {
+			assert.NotContains(t, rec, "gen_ai.conversation.id", "slog, by default")
+		}
+		exp := &recordingLogExporter{}
+		lp := sdklog.NewLoggerProvider(
+			sdklog.WithProcessor(sessiontrace.NewLogProcessor(sessiontrace.Redaction{ConversationID: opt})),
+			sdklog.WithProcessor(sdklog.NewSimpleProcessor(exp)))
+		var r otellog.Record
+		lp.Logger("test").Emit(otelsession.Bind(context.Background(), s), r)
+		require.NoError(t, lp.Shutdown(context.Background()))
+		require.Len(t, exp.records, 1)
+		var conv string
+		exp.records[0].WalkAttributes(func(kv attribute.KeyValue) bool {
+			if kv.Key == sessiontrace.ConversationIDKey {
+				conv = kv.Value.AsString()
+			}
+			return true
+		})
+		if opt {
+			assert.Equal(t, s.SessionKey, conv, "OTel log records, opted in")
+		} else {
+			assert.Empty(t, conv, "OTel log records, by default")
+		}
+	}
 }
 
 // By default a span carries the routing identity (with the scope and the
@@ -116,8 +157,6 @@ func TestSpanProcessorDefaultFields(t *testing.T) {
 	assert.ElementsMatch(t, []string{"session.platform", "session.scope_id", "session.chat_id", "session.thread_id",
 		"session.message_id", "session.key", "session.user_id"}, keys)
 	assert.Equal(t, "", got["session.key"], "Cleared (Bind clears what the session leaves empty)")
-	_, ok := got["gen_ai.conversation.id"]
-	assert.False(t, ok, "a Cleared key is no conversation id")
 	assert.Equal(t, "881", got["session.message_id"])
 	assert.Equal(t, "", got["session.thread_id"], "Cleared")
 	assert.True(t, strings.HasPrefix(got["session.user_id"], "hmac:"), "user id hashed: %q", got["session.user_id"])
@@ -128,7 +167,8 @@ func TestSpanProcessorDefaultFields(t *testing.T) {
 	got = startSpan(t, sessiontrace.Redaction{}, otelsession.Bind(context.Background(), scoped))
 	assert.Equal(t, "guild-7", got["session.scope_id"])
 	assert.Equal(t, scoped.SessionKey, got["session.key"])
-	assert.Equal(t, scoped.SessionKey, got["gen_ai.conversation.id"])
+	_, ok := got["gen_ai.conversation.id"]
+	assert.False(t, ok, "the GenAI conversation id is opt-in")
 	_, ok = got["session.user_id"]
 	assert.False(t, ok, "without a hash key the user id is dropped")
 	_, ok = got["session.user_name"]

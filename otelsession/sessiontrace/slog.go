@@ -35,12 +35,17 @@ func (h *LogHandler) Handle(ctx context.Context, rec slog.Record) error {
 		return h.next.Handle(ctx, rec)
 	}
 	rec = rec.Clone()
-	var buf [26]slog.Attr
+	var buf [2 + otelsession.NumFields + 1]slog.Attr // trace and span ids, the fields, the conversation id
 	attrs := buf[:0]
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	h.r.visit(ctx, func(f otelsession.Field, v string) { attrs = append(attrs, slog.String(f.Key(), v)) })
+	h.r.visit(ctx, func(f otelsession.Field, v string) {
+		attrs = append(attrs, slog.String(f.Key(), v))
+		if h.r.conversation && f == otelsession.FieldSessionKey && v != "" {
+			attrs = append(attrs, slog.String(string(ConversationIDKey), v))
+		}
+	})
 	rec.AddAttrs(attrs...)
 	return h.next.Handle(ctx, rec)
 }

@@ -105,8 +105,12 @@ var tables = []table{
 	{id: "spans", baseHeader: "span without attributes", compare: delta, rows: []row{
 		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
 		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… the same 8 default attributes given at start (the SDK's own cost of them)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… the same 7 default attributes set by a processor that does nothing else (the SDK's own cost of them)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"… the same 7 default attributes given at start (`trace.WithAttributes`)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… with `SpanProcessor`, default fields, no hash key", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_no_key", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"span start + end over 1,024 sessions in turn, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn", ""},
+		{"… with `SpanProcessor`, default fields (the first span of each session: nothing remembered)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_1024_sessions_in_turn", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn"},
+		{"… with `SpanProcessor`, default fields and `ConversationID` (`gen_ai.conversation.id`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_conversation_id", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… with `SpanProcessor`, every field (`SpanFields: otelsession.Fields()`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_all_fields", "BenchmarkSpanStart/baseline/no_session_attributes"},
 		{"… the same 20 attributes given at start (the SDK's own cost)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/same_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
 	}},
