@@ -1,0 +1,59 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+func TestPairedRatioIsTheMedianOfEachRoundsRatio(t *testing.T) {
+	// Round 2 ran while something else loaded the machine: both sides are
+	// slow in it. Dividing the medians would mix rounds; each round's own
+	// ratio does not.
+	row := &result{cpu: []float64{110, 300, 111, 109, 112}}
+	base := &result{cpu: []float64{100, 280, 100, 100, 100}}
+	if got := pairedRatio(row, base); math.Abs(got-1.10) > 1e-9 {
+		t.Errorf("pairedRatio = %v, want 1.10", got)
+	}
+	if got := pairedDelta(row, base); got != 11 {
+		t.Errorf("pairedDelta = %v, want 11", got)
+	}
+	// Wall time when a benchmark reports no CPU time.
+	if got := pairedRatio(&result{ns: []float64{3, 3}}, &result{ns: []float64{2, 2}}); got != 1.5 {
+		t.Errorf("pairedRatio of wall times = %v, want 1.5", got)
+	}
+	// Rounds that do not pair fall back to the ratio of the medians.
+	if got := pairedRatio(&result{cpu: []float64{4, 6, 5}}, &result{cpu: []float64{2, 2}}); got != 2.5 {
+		t.Errorf("pairedRatio of unpaired rounds = %v, want 2.5", got)
+	}
+}
+
+func TestCumulativeReadsPprofTop(t *testing.T) {
+	top := []byte(`File: x.test
+Type: cpu
+Showing nodes accounting for 2.15s, 75.70% of 2.84s total
+      flat  flat%   sum%        cum   cum%
+     0.02s  0.19%  0.19%      7.60s 71.43%  github.com/sessionwire/sessionwire/otelsession.bindBuilt
+         0     0%  0.19%      980ms 10.00%  go.opentelemetry.io/otel/baggage.Baggage.Members
+     0.01s  0.35%  4.23%        1us  0.01%  sync/atomic.(*Pointer[go.shape.struct { a string; b int }]).Store (inline)
+`)
+	cum := cumulative(top)
+	if len(cum) != 3 {
+		t.Fatalf("read %d functions, want 3: %+v", len(cum), cum)
+	}
+	for _, c := range []struct {
+		re   string
+		want float64
+	}{
+		{`otelsession\.bindBuilt$`, 7.60},
+		{`Baggage\.Members$`, 0.98},
+		{`atomic\.\(\*Pointer\[go\.shape\.struct \{ a string; b int \}\]\)\.Store \(inline\)$`, 1e-6},
+	} {
+		got, ok := first(cum, c.re)
+		if !ok || math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("first(%s) = %v, %v; want %v", c.re, got, ok, c.want)
+		}
+	}
+	if _, ok := first(cum, `nowhere`); ok {
+		t.Error("a function absent from the listing was found")
+	}
+}
