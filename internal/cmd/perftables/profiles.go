@@ -74,6 +74,50 @@ var profiles = []profile{
 		},
 	},
 	{
+		file: "grpc_server_steps.txt", title: "the gRPC server step, recommended configuration (otelgrpc given ExceptBaggage, then the interceptor)",
+		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^server$/^otelgrpc_except_baggage\+policy$`,
+		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.serverContext$`,
+		parts: []part{
+			{"Inbound.Extract", `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`},
+			{"  of which OpenTelemetry's baggage.Parse (as in raw otelgrpc)", `^go.opentelemetry.io/otel/baggage\.Parse$`},
+			{"  of which the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
+			{"gRPC's second copy of the incoming metadata", `^google.golang.org/grpc/metadata\.FromIncomingContext$`},
+		},
+	},
+	{
+		file: "grpc_client_steps.txt", title: "the gRPC client step, recommended configuration (the interceptor, then otelgrpc given ExceptBaggage)",
+		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^client$/^otelgrpc_except_baggage\+policy$`,
+		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.UnaryClientInterceptor\.func1$`,
+		parts: []part{
+			{"the propagators writing metadata (the policy's baggage and traceparent, then otelgrpc's traceparent again)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
+			{"gRPC copying the outgoing metadata", `^google.golang.org/grpc/metadata\.FromOutgoingContext$`},
+		},
+	},
+	{
+		file: "environ.txt", title: "execsession.Environ of a full session",
+		pkg: "propagation/execsession", bench: "^BenchmarkEnviron$/^Environ$/^path=session$",
+		whole: `^github.com/sessionwire/sessionwire/propagation/execsession\.Config\.Environ$`,
+		parts: []part{
+			{"the outbound policy's injection (the raw path's envcar injection inside)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`},
+			{"reading every field for the legacy HERMES_* variables (otelsession.Range, the leak policy)", `^github.com/sessionwire/sessionwire/otelsession\.Range$`},
+			{"the propagator's variable names (OpenTelemetry's Fields)", `^github.com/sessionwire/sessionwire/propagation/execsession\.propagatorVars$`},
+		},
+	},
+	{
+		file: "span_processor.txt", title: "a span with SpanProcessor, default fields, user id hashed",
+		pkg: "otelsession/sessiontrace", bench: "^BenchmarkSpanStart$/^sessiontrace$/^processor$",
+		whole: `^github.com/sessionwire/sessionwire/otelsession/sessiontrace\.\(\*SpanProcessor\)\.OnStart$`,
+		parts: []part{{"the SDK storing the attributes (recordingSpan.SetAttributes)", `^go.opentelemetry.io/otel/sdk/trace\.\(\*recordingSpan\)\.SetAttributes$`}},
+	},
+	{
+		file: "getenv.txt", title: "Getenv of a bound remote field",
+		pkg: "otelsession", bench: "^BenchmarkLookup$/^sessionwire$/^Getenv$",
+		whole: `^github.com/sessionwire/sessionwire/otelsession\.Getenv$`,
+		parts: []part{
+			{"OpenTelemetry's Baggage.Member (the raw read's own call)", `^go.opentelemetry.io/otel/baggage\.Baggage\.Member$`},
+		},
+	},
+	{
 		file: "kafka_consume.txt", title: "kafkasession Consumer.Extract",
 		pkg: "propagation/kafkasession", bench: "^BenchmarkExtract$/^Consumer.Extract$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/kafkasession\.\(\*Consumer\)\.Extract$`,
