@@ -638,3 +638,54 @@ func TestInboundNeverInheritsTheServerContextSession(t *testing.T) {
 		}
 	}
 }
+
+// valuesRecorder is a propagator of another format that reads every value
+// of one header, through Values when the carrier has it.
+type valuesRecorder struct {
+	key  string
+	seen *[]string
+}
+
+func (v valuesRecorder) Inject(context.Context, otelprop.TextMapCarrier) {}
+func (v valuesRecorder) Fields() []string                                { return []string{v.key} }
+func (v valuesRecorder) Extract(ctx context.Context, c otelprop.TextMapCarrier) context.Context {
+	if vg, ok := c.(otelprop.ValuesGetter); ok {
+		*v.seen = vg.Values(v.key)
+	} else {
+		*v.seen = []string{c.Get(v.key)}
+	}
+	return ctx
+}
+
+// Inbound.Extract hands the propagator a header without its Values method
+// when every entry has one value, so that the W3C propagator parses the
+// baggage line once; a propagator of another format must still see every
+// value of a header that has several, and the session must come through
+// either way.
+func TestInboundKeepsEveryValueOfAMultiValuedHeader(t *testing.T) {
+	full := sessionHeaderOf(fullTestSession)
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		want   []string
+	}{
+		{"one value each", http.Header{"Baggage": {full}, "X-Vendor": {"a"}}, []string{"a"}},
+		{"a second value elsewhere", http.Header{"Baggage": {full}, "X-Vendor": {"a", "b"}}, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen []string
+			prop := otelprop.NewCompositeTextMapPropagator(otelprop.Baggage{}, valuesRecorder{key: "X-Vendor", seen: &seen})
+			ctx, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), prop,
+				otelprop.HeaderCarrier(tc.header), propagation.Peer{Transport: "http"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(seen, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("the other propagator read %q, want %q", seen, tc.want)
+			}
+			if v, st := otelsession.Lookup(ctx, otelsession.FieldThreadID); st != otelsession.Set || v != fullTestSession.ThreadID {
+				t.Errorf("thread id %q (%v) after extract", v, st)
+			}
+		})
+	}
+}
