@@ -119,3 +119,24 @@ func (c TableCarrier) Keys() []string {
 	}
 	return keys
 }
+
+// singleValued reports whether TableCarrier(t).Values returns one value at
+// most for every key: no value is an array, and no two keys differ in case
+// alone (Values joins those).
+func singleValued(t amqp.Table) bool {
+	var keys [16]string
+	n := 0
+	for k, v := range t {
+		if _, ok := v.([]any); ok || n == len(keys) {
+			return false
+		}
+		for _, seen := range keys[:n] {
+			if strings.EqualFold(seen, k) {
+				return false
+			}
+		}
+		keys[n] = k
+		n++
+	}
+	return true
+}

@@ -134,3 +134,16 @@ func (c RecordCarrier) Keys() []string {
 	}
 	return keys
 }
+
+// singleValued reports whether RecordCarrier.Values returns one value at
+// most for every key: no two headers have keys equal under case folding.
+func singleValued(hs []kgo.RecordHeader) bool {
+	for i := range hs {
+		for j := i + 1; j < len(hs); j++ {
+			if strings.EqualFold(hs[i].Key, hs[j].Key) {
+				return false
+			}
+		}
+	}
+	return true
+}

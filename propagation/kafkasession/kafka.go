@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	otelprop "go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -123,8 +124,12 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	if c.cfg.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(c.cfg.group))
 	}
-	carrier := NewRecordCarrier(r)
-	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, carrier.Get(MessageIDHeader))}
+	rc := NewRecordCarrier(r)
+	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, rc.Get(MessageIDHeader))}
+	var carrier otelprop.TextMapCarrier = rc
+	if singleValued(r.Headers) {
+		carrier = messaging.WithoutValues(carrier)
+	}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, carrier,
 		peer, "record from Kafka topic")
 }

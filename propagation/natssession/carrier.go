@@ -91,3 +91,24 @@ func (c HeaderCarrier) Keys() []string {
 	}
 	return keys
 }
+
+// singleValued reports whether HeaderCarrier(h).Values returns one value at
+// most for every key: no key has two values, and no two keys differ in case
+// alone (Values joins those).
+func singleValued(h nats.Header) bool {
+	var keys [16]string
+	n := 0
+	for k, vs := range h {
+		if len(vs) > 1 || n == len(keys) {
+			return false
+		}
+		for _, seen := range keys[:n] {
+			if strings.EqualFold(seen, k) {
+				return false
+			}
+		}
+		keys[n] = k
+		n++
+	}
+	return true
+}
