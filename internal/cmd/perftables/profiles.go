@@ -61,7 +61,7 @@ var profiles = []profile{
 		file: "http_handler.txt", title: "the whole httpsession.Handler step",
 		pkg: "propagation/httpsession", bench: "^BenchmarkInbound$/^Handler$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/httpsession\.\(\*handler\)\.ServeHTTP$`,
-		parts: []part{{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`}},
+		parts: []part{{"OpenTelemetry's extraction (parsing the one baggage line once)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`}},
 	},
 	{
 		file: "outbound_signed.txt", title: "Outbound.Inject of a full session, allowed and signed",
@@ -122,7 +122,7 @@ var profiles = []profile{
 		pkg: "propagation/kafkasession", bench: "^BenchmarkExtract$/^Consumer.Extract$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/kafkasession\.\(\*Consumer\)\.Extract$`,
 		parts: []part{
-			{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Extract$`},
+			{"OpenTelemetry's extraction (parsing the one baggage line once)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Extract$`},
 			{"the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
 			{"the raw header scan", `^github.com/sessionwire/sessionwire/propagation\.scanSessionKeys$`},
 		},
