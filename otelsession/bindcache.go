@@ -163,7 +163,7 @@ type builtBaggage struct {
 	msgID string
 	b     baggage.Baggage
 	loc   *local
-	own   local // where loc points for a message id after the first: one allocation for both
+	own   local // where loc points: one allocation for both
 }
 
 // bindCached binds s from the cache; ok is false when it cannot (not cached,
@@ -293,7 +293,11 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	}
 	ent := &bindEntry{key: *s, h: h, bound: bound}
 	ent.key.MessageID = ""
-	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b, loc: l})
+	// The local state is copied into the entry's own, so that the entry
+	// holds one, not the first Bind's and an empty one beside it.
+	first := &builtBaggage{msgID: s.MessageID, b: b, own: *l}
+	first.loc = &first.own
+	ent.last.Store(first)
 	set := t.set(h)
 	for i := range set {
 		if set[i].CompareAndSwap(nil, ent) {
