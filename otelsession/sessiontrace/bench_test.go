@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -107,6 +108,18 @@ func BenchmarkSpanStart(b *testing.B) {
 		// span processor recording them.
 		run(b, nil, sdktrace.WithSpanProcessor(setAttributes(defaults)))
 	})
+	// The SDK's own cost of one and two attributes more than the default:
+	// it de-duplicates a span's attributes at End through a map, which
+	// outgrows its small form past eight.
+	for _, n := range []int{8, 9} {
+		more := slices.Clone(defaults)
+		for i := len(more); i < n; i++ {
+			more = append(more, attribute.String("app.extra"+strconv.Itoa(i), "value"))
+		}
+		b.Run("baseline/"+strconv.Itoa(n)+"_attributes_set_at_start", func(b *testing.B) {
+			run(b, nil, sdktrace.WithSpanProcessor(setAttributes(more)))
+		})
+	}
 	key := []byte("k")
 	b.Run("sessiontrace/processor", func(b *testing.B) {
 		// The default set, user id hashed: what a deployment with a key records.
