@@ -14,6 +14,12 @@
 //	go run ./internal/cmd/perftables                    # 7 rounds, 0.2 s per benchmark
 //	go run ./internal/cmd/perftables -rounds 8 -benchtime 0.5s
 //	go run ./internal/cmd/perftables -n                 # print the tables, leave README.md alone
+//	go run ./internal/cmd/perftables -profiles internal/cmd/perftables/profiles
+//
+// -profiles also records, into that directory, the CPU profile of each
+// benchmark listed in profiles.go, with the shares of the parts of the
+// function it divides (OpenTelemetry's calls, the policy's checks): the
+// evidence behind the README's statements about where the time goes.
 //
 // Run it from the repository root on a machine doing nothing else.
 package main
