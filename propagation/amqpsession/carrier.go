@@ -1,11 +1,14 @@
 package amqpsession
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // TableCarrier adapts an AMQP 0-9-1 header table (the Headers of an
@@ -124,19 +127,10 @@ func (c TableCarrier) Keys() []string {
 // most for every key: no value is an array, and no two keys differ in case
 // alone (Values joins those).
 func singleValued(t amqp.Table) bool {
-	var keys [16]string
-	n := 0
-	for k, v := range t {
-		if _, ok := v.([]any); ok || n == len(keys) {
+	for _, v := range t {
+		if _, ok := v.([]any); ok {
 			return false
 		}
-		for _, seen := range keys[:n] {
-			if strings.EqualFold(seen, k) {
-				return false
-			}
-		}
-		keys[n] = k
-		n++
 	}
-	return true
+	return messaging.DistinctUnderFolding(maps.Keys(t))
 }

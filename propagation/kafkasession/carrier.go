@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // RecordCarrier adapts the headers of a franz-go record to the OpenTelemetry
@@ -138,12 +140,11 @@ func (c RecordCarrier) Keys() []string {
 // singleValued reports whether RecordCarrier.Values returns one value at
 // most for every key: no two headers have keys equal under case folding.
 func singleValued(hs []kgo.RecordHeader) bool {
-	for i := range hs {
-		for j := i + 1; j < len(hs); j++ {
-			if strings.EqualFold(hs[i].Key, hs[j].Key) {
-				return false
+	return messaging.DistinctUnderFolding(func(yield func(string) bool) {
+		for _, h := range hs {
+			if !yield(h.Key) {
+				return
 			}
 		}
-	}
-	return true
+	})
 }

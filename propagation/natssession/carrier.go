@@ -1,11 +1,14 @@
 package natssession
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // HeaderCarrier adapts a NATS message header to the OpenTelemetry
@@ -96,19 +99,10 @@ func (c HeaderCarrier) Keys() []string {
 // most for every key: no key has two values, and no two keys differ in case
 // alone (Values joins those).
 func singleValued(h nats.Header) bool {
-	var keys [16]string
-	n := 0
-	for k, vs := range h {
-		if len(vs) > 1 || n == len(keys) {
+	for _, vs := range h {
+		if len(vs) > 1 {
 			return false
 		}
-		for _, seen := range keys[:n] {
-			if strings.EqualFold(seen, k) {
-				return false
-			}
-		}
-		keys[n] = k
-		n++
 	}
-	return true
+	return messaging.DistinctUnderFolding(maps.Keys(h))
 }

@@ -8,6 +8,8 @@ package messaging
 import (
 	"context"
 	"fmt"
+	"iter"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -54,6 +56,27 @@ func (c *Config) Propagator() otelprop.TextMapPropagator {
 // single value per key, Get reads exactly what Values would, so no
 // propagator can tell the difference.
 func WithoutValues(c otelprop.TextMapCarrier) otelprop.TextMapCarrier { return getSetKeys{c} }
+
+// DistinctUnderFolding reports whether no two of keys are equal under case
+// folding (a carrier's Values joins the spellings of a key); it gives up,
+// false, past 16 keys, more than a message's headers normally hold.
+func DistinctUnderFolding(keys iter.Seq[string]) bool {
+	var seen [16]string
+	n := 0
+	for k := range keys {
+		if n == len(seen) {
+			return false
+		}
+		for _, s := range seen[:n] {
+			if strings.EqualFold(s, k) {
+				return false
+			}
+		}
+		seen[n] = k
+		n++
+	}
+	return true
+}
 
 type getSetKeys struct{ c otelprop.TextMapCarrier }
 
