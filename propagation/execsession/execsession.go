@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/envcar"
 	"go.opentelemetry.io/otel"
@@ -123,7 +125,7 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 		otel.Handle(fmt.Errorf("execsession: child environment: %w", err))
 	}
 	carriers := inj.pairs()
-	replaced := propagatorVars(prop)
+	replaced := lastVars.of(prop)
 
 	// One pass over inherited: unmanaged entries are kept in order, managed
 	// ones only noted (the last one wins, as in exec.Cmd) for the policy.
@@ -319,6 +321,45 @@ func (c injCarrier) Keys() []string {
 func (in *injection) pairs() [][2]string {
 	slices.SortFunc(in.kv, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 	return in.kv
+}
+
+// lastVars remembers propagatorVars for the last propagator Environ was
+// given. A program uses one (the global one, or its Config's), and a
+// composite's Fields builds its list again on every call: about a tenth of
+// Environ.
+var lastVars varsCache
+
+type varsCache struct{ last atomic.Pointer[varsEntry] }
+
+type varsEntry struct {
+	prop  otelprop.TextMapPropagator // kept, so that its identity cannot be reused
+	names []string
+}
+
+func (c *varsCache) of(prop otelprop.TextMapPropagator) []string {
+	if e := c.last.Load(); e != nil && samePropagator(e.prop, prop) {
+		return e.names
+	}
+	names := propagatorVars(prop)
+	c.last.Store(&varsEntry{prop: prop, names: names})
+	return names
+}
+
+// samePropagator reports whether a and b are the same propagator: the same
+// composite (a slice of propagators, as otelprop.NewCompositeTextMapPropagator
+// makes: the same backing array and length), or equal values of a type
+// that can be compared. Anything else is not known to be the same.
+func samePropagator(a, b otelprop.TextMapPropagator) bool {
+	ta := reflect.TypeOf(a)
+	if ta == nil || ta != reflect.TypeOf(b) {
+		return false
+	}
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Kind() == reflect.Slice {
+		return va.Len() == vb.Len() && va.Pointer() == vb.Pointer()
+	}
+	// Comparable looks into interface fields too, where == would panic.
+	return va.Comparable() && vb.Comparable() && va.Equal(vb)
 }
 
 // propagatorVars returns the environment names prop may write: the W3C
