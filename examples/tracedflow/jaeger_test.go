@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,14 +47,6 @@ func TestFlowRoutesEveryDelivery(t *testing.T) {
 	assert.Zero(t, res.toolMismatch)
 	assert.Zero(t, res.downstreamMismatch)
 	assert.Zero(t, res.grpcMismatch)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // jaegerSpan is the part of Jaeger's /api/traces answer the test reads.
@@ -88,38 +81,102 @@ func (s jaegerSpan) tag(key string) (string, bool) {
 	return "", false
 }
 
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago: the listeners are held until all n are chosen.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
+}
+
+// startJaeger runs Jaeger on free ports and waits for its query API. A port
+// can be taken by another process between being chosen and Jaeger binding
+// it; Jaeger then exits saying so, and is started again on other ports.
 func startJaeger(t *testing.T) (otlp, query string) {
 	bin := jaegerBinary(t)
-	otlp, query = freeAddr(t), freeAddr(t)
+	for attempt := 1; ; attempt++ {
+		otlp, query, inUse := tryJaeger(t, bin)
+		if !inUse {
+			return otlp, query
+		}
+		if attempt == 3 {
+			t.Fatalf("jaeger could not bind its ports in %d attempts: another process took them each time", attempt)
+		}
+		t.Logf("jaeger: a port was taken before it could bind it; starting it again on other ports")
+	}
+}
+
+// tryJaeger starts Jaeger once. inUse reports that it exited because a port
+// was taken; any other failure fails the test.
+func tryJaeger(t *testing.T, bin string) (otlp, query string, inUse bool) {
+	addrs := freeAddrs(t, 4)
+	otlp, query = addrs[0], addrs[1]
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--config=file:"+filepath.Join("..", "..", "collector-config", "jaeger.yaml"))
-	cmd.Env = append(os.Environ(), "JAEGER_OTLP_HTTP="+otlp, "JAEGER_OTLP_GRPC="+freeAddr(t),
-		"JAEGER_QUERY_HTTP="+query, "JAEGER_QUERY_GRPC="+freeAddr(t))
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(os.Environ(), "JAEGER_OTLP_HTTP="+otlp, "JAEGER_OTLP_GRPC="+addrs[2],
+		"JAEGER_QUERY_HTTP="+query, "JAEGER_QUERY_GRPC="+addrs[3])
+	logs := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.WaitDelay = 5 * time.Second
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("jaeger output:\n%s", logs.String())
-		}
-	})
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() { cancel(); <-exited }
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		select {
+		case <-exited:
+			cancel()
+			if strings.Contains(logs.String(), "address already in use") {
+				return "", "", true
+			}
+			t.Fatalf("jaeger exited before answering:\n%s", logs.String())
+		default:
+		}
 		resp, err := http.Get("http://" + query + "/api/services")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return otlp, query
+				t.Cleanup(func() {
+					stop()
+					if t.Failed() {
+						t.Logf("jaeger output:\n%s", logs.String())
+					}
+				})
+				return otlp, query, false
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("jaeger did not answer on %s within 60s", query)
+			stop()
+			t.Fatalf("jaeger did not answer on %s within 60s; its output:\n%s", query, logs.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a strings.Builder that a process's output can be written
+// to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // tracesByTag asks Jaeger for the traces of service holding a span tagged
