@@ -223,10 +223,13 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// name again on every request.
 		raw = c[canonicalBaggage]
 		if len(raw) == 1 && singleValued(c) {
-			extractFrom = singleValuedHeader{c}
+			extractFrom = withoutValues{carrier}
 		}
 	case otelprop.ValuesGetter:
 		raw = c.Values(baggageHeader)
+		if s, ok := carrier.(singleValuer); ok && len(raw) == 1 && s.SingleValued() {
+			extractFrom = withoutValues{carrier}
+		}
 	default:
 		if v := carrier.Get(baggageHeader); v != "" {
 			raw = []string{v}
@@ -290,18 +293,22 @@ func singleValued(h otelprop.HeaderCarrier) bool {
 	return true
 }
 
-// singleValuedHeader is a header whose entries have one value each, without
-// a Values method. Given a carrier with one (otelprop.ValuesGetter), the
-// W3C baggage propagator parses every baggage line and then builds the
-// baggage again from their members, which doubles the cost of a request's
-// most expensive step; given one line without Values, it parses it once,
-// into the same baggage. Where no entry has a second value, Get reads
-// exactly what Values would, so no propagator can tell the difference.
-type singleValuedHeader struct{ h otelprop.HeaderCarrier }
+// singleValuer is a carrier with a Values method that can tell when no key
+// has more than one value (the queue transports' carriers can).
+type singleValuer interface{ SingleValued() bool }
 
-func (s singleValuedHeader) Get(key string) string { return s.h.Get(key) }
-func (s singleValuedHeader) Set(key, value string) { s.h.Set(key, value) }
-func (s singleValuedHeader) Keys() []string        { return s.h.Keys() }
+// withoutValues is a carrier whose keys have one value each, without its
+// Values method. Given a carrier with one (otelprop.ValuesGetter), the W3C
+// baggage propagator parses every baggage line and then builds the baggage
+// again from their members, which doubles the cost of the most expensive
+// step of every inbound message; given one line without Values, it parses
+// it once, into the same baggage. Where no key has a second value, Get
+// reads exactly what Values would, so no propagator can tell the difference.
+type withoutValues struct{ c otelprop.TextMapCarrier }
+
+func (w withoutValues) Get(key string) string { return w.c.Get(key) }
+func (w withoutValues) Set(key, value string) { w.c.Set(key, value) }
+func (w withoutValues) Keys() []string        { return w.c.Keys() }
 
 // normalizeDisplay replaces display values that the table cuts or drops,
 // as Bind would have: the session is kept.

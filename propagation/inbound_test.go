@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -677,6 +679,54 @@ func TestInboundKeepsEveryValueOfAMultiValuedHeader(t *testing.T) {
 			prop := otelprop.NewCompositeTextMapPropagator(otelprop.Baggage{}, valuesRecorder{key: "X-Vendor", seen: &seen})
 			ctx, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), prop,
 				otelprop.HeaderCarrier(tc.header), propagation.Peer{Transport: "http"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(seen, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("the other propagator read %q, want %q", seen, tc.want)
+			}
+			if v, st := otelsession.Lookup(ctx, otelsession.FieldThreadID); st != otelsession.Set || v != fullTestSession.ThreadID {
+				t.Errorf("thread id %q (%v) after extract", v, st)
+			}
+		})
+	}
+}
+
+// multiCarrier is a carrier of several values per key, such as a queue
+// transport's, that says whether it holds a second value anywhere.
+type multiCarrier struct {
+	m      map[string][]string
+	claims bool // what SingleValued answers
+}
+
+func (c multiCarrier) Get(key string) string {
+	if vs := c.m[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+func (c multiCarrier) Set(key, value string)      { c.m[key] = []string{value} }
+func (c multiCarrier) Keys() []string             { return slices.Collect(maps.Keys(c.m)) }
+func (c multiCarrier) Values(key string) []string { return c.m[key] }
+func (c multiCarrier) SingleValued() bool         { return c.claims }
+
+// A carrier with Values that reports every key single-valued is extracted
+// through Get alone; one that does not keeps Values for every propagator.
+func TestInboundAsksACarrierWhetherItIsSingleValued(t *testing.T) {
+	full := sessionHeaderOf(fullTestSession)
+	for _, tc := range []struct {
+		name   string
+		claims bool
+		want   []string
+	}{
+		{"says single-valued: read through Get", true, []string{"a"}},
+		{"does not: every value through Values", false, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen []string
+			prop := otelprop.NewCompositeTextMapPropagator(otelprop.Baggage{}, valuesRecorder{key: "x-vendor", seen: &seen})
+			c := multiCarrier{m: map[string][]string{"baggage": {full}, "x-vendor": {"a", "b"}}, claims: tc.claims}
+			ctx, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), prop, c, propagation.Peer{Transport: "queue"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	otelprop "go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -139,11 +138,7 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 		attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
 	}
 	peer := propagation.Peer{Transport: Transport, Name: name, MessageID: binding(name, d.RoutingKey, d.MessageId)}
-	var carrier otelprop.TextMapCarrier = TableCarrier(d.Headers)
-	if singleValued(d.Headers) {
-		carrier = messaging.WithoutValues(carrier)
-	}
-	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, carrier,
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+name, attrs, TableCarrier(d.Headers),
 		peer, "delivery from AMQP exchange")
 }
 

@@ -123,14 +123,16 @@ func (c TableCarrier) Keys() []string {
 	return keys
 }
 
-// singleValued reports whether TableCarrier(t).Values returns one value at
-// most for every key: no value is an array, and no two keys differ in case
-// alone (Values joins those).
-func singleValued(t amqp.Table) bool {
-	for _, v := range t {
+// SingleValued reports whether Values returns one value at most for every
+// key: no value is an array, and no two keys differ in case alone (Values
+// joins those). The inbound policy then extracts through Get alone, which
+// spares OpenTelemetry's baggage propagator a second building of the
+// baggage (see propagation.Inbound.Extract).
+func (c TableCarrier) SingleValued() bool {
+	for _, v := range c {
 		if _, ok := v.([]any); ok {
 			return false
 		}
 	}
-	return messaging.DistinctUnderFolding(maps.Keys(t))
+	return messaging.DistinctUnderFolding(maps.Keys(c))
 }

@@ -6,8 +6,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// singleValued must hold exactly when Values has one value at most for
-// every key: the consumer then hides Values from the propagators.
+// SingleValued must hold exactly when Values has one value at most for
+// every key: the inbound policy then hides Values from the propagators.
 func TestSingleValuedMatchesValues(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -20,8 +20,8 @@ func TestSingleValuedMatchesValues(t *testing.T) {
 		{"two spellings", amqp.Table{"Baggage": "a=1", "BAGGAGE": "b=2"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := singleValued(tc.t); got != tc.want {
-				t.Fatalf("singleValued = %v, want %v", got, tc.want)
+			if got := TableCarrier(tc.t).SingleValued(); got != tc.want {
+				t.Fatalf("SingleValued = %v, want %v", got, tc.want)
 			}
 			c := TableCarrier(tc.t)
 			for _, key := range []string{"baggage", "Baggage", "traceparent", "x-count"} {

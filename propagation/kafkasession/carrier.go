@@ -137,11 +137,17 @@ func (c RecordCarrier) Keys() []string {
 	return keys
 }
 
-// singleValued reports whether RecordCarrier.Values returns one value at
-// most for every key: no two headers have keys equal under case folding.
-func singleValued(hs []kgo.RecordHeader) bool {
+// SingleValued reports whether Values returns one value at most for every
+// key: no two headers have keys equal under case folding. The inbound
+// policy then extracts through Get alone, which spares OpenTelemetry's
+// baggage propagator a second building of the baggage (see
+// propagation.Inbound.Extract).
+func (c RecordCarrier) SingleValued() bool {
+	if c.r == nil {
+		return true
+	}
 	return messaging.DistinctUnderFolding(func(yield func(string) bool) {
-		for _, h := range hs {
+		for _, h := range c.r.Headers {
 			if !yield(h.Key) {
 				return
 			}

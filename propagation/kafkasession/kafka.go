@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-	otelprop "go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -124,12 +123,8 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 	if c.cfg.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(c.cfg.group))
 	}
-	rc := NewRecordCarrier(r)
-	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, rc.Get(MessageIDHeader))}
-	var carrier otelprop.TextMapCarrier = rc
-	if singleValued(r.Headers) {
-		carrier = messaging.WithoutValues(carrier)
-	}
+	carrier := NewRecordCarrier(r)
+	peer := propagation.Peer{Transport: Transport, Name: r.Topic, MessageID: binding(r.Topic, carrier.Get(MessageIDHeader))}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+r.Topic, attrs, carrier,
 		peer, "record from Kafka topic")
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// singleValued must hold exactly when Values has one value at most for
-// every key: the consumer then hides Values from the propagators.
+// SingleValued must hold exactly when Values has one value at most for
+// every key: the inbound policy then hides Values from the propagators.
 func TestSingleValuedMatchesValues(t *testing.T) {
 	h := func(kv ...string) []kgo.RecordHeader {
 		var hs []kgo.RecordHeader
@@ -27,8 +27,8 @@ func TestSingleValuedMatchesValues(t *testing.T) {
 		{"two spellings", h("Baggage", "a=1", "BAGGAGE", "b=2"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := singleValued(tc.hs); got != tc.want {
-				t.Fatalf("singleValued = %v, want %v", got, tc.want)
+			if got := NewRecordCarrier(&kgo.Record{Headers: tc.hs}).SingleValued(); got != tc.want {
+				t.Fatalf("SingleValued = %v, want %v", got, tc.want)
 			}
 			c := NewRecordCarrier(&kgo.Record{Headers: tc.hs})
 			for _, key := range []string{"baggage", "Baggage", "traceparent", "message-id"} {

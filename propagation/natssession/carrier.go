@@ -95,14 +95,16 @@ func (c HeaderCarrier) Keys() []string {
 	return keys
 }
 
-// singleValued reports whether HeaderCarrier(h).Values returns one value at
-// most for every key: no key has two values, and no two keys differ in case
-// alone (Values joins those).
-func singleValued(h nats.Header) bool {
-	for _, vs := range h {
+// SingleValued reports whether Values returns one value at most for every
+// key: no key has two values, and no two keys differ in case alone (Values
+// joins those). The inbound policy then extracts through Get alone, which
+// spares OpenTelemetry's baggage propagator a second building of the
+// baggage (see propagation.Inbound.Extract).
+func (c HeaderCarrier) SingleValued() bool {
+	for _, vs := range c {
 		if len(vs) > 1 {
 			return false
 		}
 	}
-	return messaging.DistinctUnderFolding(maps.Keys(h))
+	return messaging.DistinctUnderFolding(maps.Keys(c))
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
-	otelprop "go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -103,11 +102,7 @@ func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (
 	if shown := HeaderCarrier(h).Get(jetstream.MsgIDHeader); shown != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(shown))
 	}
-	var carrier otelprop.TextMapCarrier = HeaderCarrier(h)
-	if singleValued(h) {
-		carrier = messaging.WithoutValues(carrier)
-	}
-	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, carrier,
+	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, HeaderCarrier(h),
 		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, "message on NATS subject")
 }
 

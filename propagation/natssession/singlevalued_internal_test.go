@@ -6,8 +6,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// singleValued must hold exactly when Values has one value at most for
-// every key: the consumer then hides Values from the propagators.
+// SingleValued must hold exactly when Values has one value at most for
+// every key: the inbound policy then hides Values from the propagators.
 func TestSingleValuedMatchesValues(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -21,8 +21,8 @@ func TestSingleValuedMatchesValues(t *testing.T) {
 		{"an exact key beside another spelling", nats.Header{"baggage": {"a=1"}, "Baggage": {"b=2"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := singleValued(tc.h); got != tc.want {
-				t.Fatalf("singleValued = %v, want %v", got, tc.want)
+			if got := HeaderCarrier(tc.h).SingleValued(); got != tc.want {
+				t.Fatalf("SingleValued = %v, want %v", got, tc.want)
 			}
 			if !tc.want {
 				return

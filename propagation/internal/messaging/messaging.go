@@ -48,15 +48,6 @@ func (c *Config) Propagator() otelprop.TextMapPropagator {
 	return otel.GetTextMapPropagator()
 }
 
-// WithoutValues returns c without its Values method, for extraction from a
-// message whose every header has one value (the transport checks). Given a
-// carrier with Values, OpenTelemetry's W3C baggage propagator parses every
-// baggage line and then builds the baggage again from their members; given
-// one line without Values, it parses it once, into the same baggage. With a
-// single value per key, Get reads exactly what Values would, so no
-// propagator can tell the difference.
-func WithoutValues(c otelprop.TextMapCarrier) otelprop.TextMapCarrier { return getSetKeys{c} }
-
 // DistinctUnderFolding reports whether no two of keys are equal under case
 // folding (a carrier's Values joins the spellings of a key); it gives up,
 // false, past 16 keys, more than a message's headers normally hold.
@@ -77,12 +68,6 @@ func DistinctUnderFolding(keys iter.Seq[string]) bool {
 	}
 	return true
 }
-
-type getSetKeys struct{ c otelprop.TextMapCarrier }
-
-func (g getSetKeys) Get(key string) string { return g.c.Get(key) }
-func (g getSetKeys) Set(key, value string) { g.c.Set(key, value) }
-func (g getSetKeys) Keys() []string        { return g.c.Keys() }
 
 // NoopSpan is returned where there is no message to start a span for.
 var NoopSpan = trace.SpanFromContext(context.Background())
