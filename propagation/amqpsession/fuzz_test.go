@@ -16,6 +16,7 @@ import (
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // fuzzKey signs the fuzzing seeds, at fuzzSignTime.
@@ -140,9 +141,7 @@ func FuzzConsumerExtract(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember, propagation.ErrDuplicateMember,
-		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey, propagation.ErrBadSignature,
-		propagation.ErrSignatureExpired, propagation.ErrUnknownKey}
+	reasons := sessiontest.InboundErrors
 	want := received(sessionFor(3))
 	stateless := sessionFor(3).Stateless
 	base := workerBase()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -105,9 +106,7 @@ func FuzzConsumerExtract(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember, propagation.ErrDuplicateMember,
-		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey, propagation.ErrBadSignature,
-		propagation.ErrSignatureExpired, propagation.ErrUnknownKey}
+	reasons := sessiontest.InboundErrors
 	want := received(sessionFor(3))
 	stateless := sessionFor(3).Stateless
 	base := workerBase()

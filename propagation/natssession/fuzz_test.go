@@ -15,6 +15,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
@@ -94,9 +95,7 @@ func FuzzConsumerExtract(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	reasons := []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember, propagation.ErrDuplicateMember,
-		propagation.ErrInvalidValue, propagation.ErrLocalField, propagation.ErrUnknownSessionKey, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
-		propagation.ErrUnknownKey}
+	reasons := sessiontest.InboundErrors
 	base := workerBase("fuzz")
 	{ // The oracle below is only as good as this seed: it must be accepted.
 		sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(v)), natssession.WithPropagator(w3c))

@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 var (
@@ -54,3 +56,22 @@ func CounterSums(rm metricdata.ResourceMetrics) map[string]int64 {
 	}
 	return got
 }
+
+// MetricsGrew fails t unless every counter of want grew by at least its
+// count since before (a snapshot of Metrics).
+func MetricsGrew(t testing.TB, before map[string]int64, want map[string]int64) {
+	t.Helper()
+	after := Metrics(t)
+	for key, n := range want {
+		if d := after[key] - before[key]; d < n {
+			t.Errorf("%s grew by %d, want at least %d", key, d, n)
+		}
+	}
+}
+
+// InboundErrors are the errors an inbound policy with a verifier may wrap:
+// a fuzzed carrier's refusal must wrap one of them.
+var InboundErrors = []error{propagation.ErrBaggageTooLarge, propagation.ErrMalformedMember,
+	propagation.ErrDuplicateMember, propagation.ErrInvalidValue, propagation.ErrLocalField,
+	propagation.ErrUnknownSessionKey, propagation.ErrBadSignature, propagation.ErrSignatureExpired,
+	propagation.ErrUnknownKey}
