@@ -223,7 +223,8 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// name again on every request.
 		raw = c[canonicalBaggage]
 		if len(raw) == 1 && singleValued(c) {
-			extractFrom = withoutValues{carrier}
+			// Its own type: a map fits in an interface without allocating.
+			extractFrom = headerWithoutValues{c}
 		}
 	case otelprop.ValuesGetter:
 		raw = c.Values(baggageHeader)
@@ -309,6 +310,13 @@ type withoutValues struct{ c otelprop.TextMapCarrier }
 func (w withoutValues) Get(key string) string { return w.c.Get(key) }
 func (w withoutValues) Set(key, value string) { w.c.Set(key, value) }
 func (w withoutValues) Keys() []string        { return w.c.Keys() }
+
+// headerWithoutValues is withoutValues for an http.Header.
+type headerWithoutValues struct{ h otelprop.HeaderCarrier }
+
+func (w headerWithoutValues) Get(key string) string { return w.h.Get(key) }
+func (w headerWithoutValues) Set(key, value string) { w.h.Set(key, value) }
+func (w headerWithoutValues) Keys() []string        { return w.h.Keys() }
 
 // normalizeDisplay replaces display values that the table cuts or drops,
 // as Bind would have: the session is kept.
