@@ -56,17 +56,18 @@ func memberState(b baggage.Baggage, key string) (string, State) {
 // or name is not a session field) it returns the fallback environment's value
 // when the variable exists, even if empty, and def when it does not.
 func Getenv(ctx context.Context, name, def string) string {
-	if f := fieldByEnv(name); f != 0 {
-		// Lookup's body, written out so that a bound name costs two calls
-		// fewer (Getenv within 10% of a bare baggage read): only Unset
-		// falls through to the environment.
-		if j := localIndex[f-1]; j >= 0 {
-			if v, st := localState(ctx, j); st != Unset {
+	if e := envEntryOf(name); e != nil {
+		// Lookup's body, written out from the entry (which holds the
+		// field's key and local slot, so that a bound name costs no other
+		// table read and two calls fewer: Getenv within 10% of a bare
+		// baggage read): only Unset falls through to the environment.
+		if e.local >= 0 {
+			if v, st := localState(ctx, e.local); st != Unset {
 				return v
 			}
 		} else {
 			// memberState's cases, as Getenv needs them.
-			m := baggage.FromContext(ctx).Member(fieldKeys[f-1])
+			m := baggage.FromContext(ctx).Member(e.key)
 			switch v := m.Value(); {
 			case v == ClearedValue:
 				return "" // Cleared
@@ -243,13 +244,18 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 	}
 }
 
+// envEntry is what Getenv needs of a field it finds by legacy name.
+type envEntry struct {
+	name  string // the legacy name
+	key   string // the member key of a remote field
+	f     Field
+	local int8 // the local state's slot of a local field, -1 for a remote one
+}
+
 // envSlots is an open-addressing table of the fields by legacy name: Getenv
 // sits on hot paths, and three bytes and the length find a name here faster
 // than a map hashes all of it (Getenv within 10% of a bare baggage read).
-var envSlots = func() (t [64]struct {
-	name string
-	f    Field
-}) {
+var envSlots = func() (t [64]envEntry) {
 	for i := range table {
 		s := &table[i]
 		if s.Field == 0 {
@@ -259,7 +265,7 @@ var envSlots = func() (t [64]struct {
 		for t[j].f != 0 {
 			j = (j + 1) % uint(len(t))
 		}
-		t[j].name, t[j].f = s.Env, s.Field
+		t[j] = envEntry{name: s.Env, key: s.Key, f: s.Field, local: localIndex[s.Field-1]}
 	}
 	return t
 }()
@@ -273,12 +279,21 @@ func envSlot(name string) uint {
 	return (n + 31*uint(name[n-1]) + 7*uint(name[n-2]) + uint(name[n/2])) % 64
 }
 
-// fieldByEnv returns the field whose legacy name is name, 0 when none.
-func fieldByEnv(name string) Field {
+// envEntryOf returns the entry of the field whose legacy name is name, nil
+// when none.
+func envEntryOf(name string) *envEntry {
 	for j := envSlot(name); envSlots[j].f != 0; j = (j + 1) % uint(len(envSlots)) {
 		if envSlots[j].name == name {
-			return envSlots[j].f
+			return &envSlots[j]
 		}
+	}
+	return nil
+}
+
+// fieldByEnv returns the field whose legacy name is name, 0 when none.
+func fieldByEnv(name string) Field {
+	if e := envEntryOf(name); e != nil {
+		return e.f
 	}
 	return 0
 }

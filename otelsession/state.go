@@ -102,21 +102,22 @@ func localFrom(ctx context.Context) *local {
 // in local, or -1 for remote fields.
 const numLocal = 3
 
-var localIndex [numFields]int8
-
-func init() {
+// localIndex is a variable's initializer, not init's work: envSlots, another
+// package variable, copies it.
+var localIndex = func() (t [numFields]int8) {
 	n := 0
 	for i := range numFields {
-		localIndex[i] = -1
+		t[i] = -1
 		if table[i].Class == ClassLocal {
-			localIndex[i] = int8(n)
+			t[i] = int8(n)
 			n++
 		}
 	}
 	if n != numLocal {
 		panic("otelsession: numLocal does not match the field table")
 	}
-}
+	return t
+}()
 
 // checkedBaggage reports whether ctx's baggage is the one its local state
 // records as checked, and whether it holds a session member.
