@@ -83,7 +83,8 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 			// The downstream service, and only it, receives the session, signed.
 			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Outbound: propagation.NewOutbound(
 				propagation.AllowURLs(propagation.Egress{Hosts: []string{down.Host}}), propagation.WithSigner(cfg.out.Signer()))},
-			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagatorFor(cfg.store)))},
+			// otelhttp carries the trace context; the baggage leaves once, as the policy writes it.
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.ExceptBaggage(propagatorFor(cfg.store))))},
 		exec: execsession.Config{Propagator: propagatorFor(cfg.store)},
 	}, nil
 }

@@ -259,7 +259,8 @@ func (f *flow) worker(tp *sdktrace.TracerProvider) func(context.Context, jetstre
 	router, _ := url.Parse(f.routerURL)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
 		&httpsession.Transport{Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{downstream.Host, router.Host}}))},
-		otelhttp.WithTracerProvider(tp))}
+		// otelhttp carries the trace context; the baggage leaves once, as the policy writes it.
+		otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.ExceptBaggage(nil)))}
 	return func(ctx context.Context, msg jetstream.Msg) error {
 		var m chatMessage
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {

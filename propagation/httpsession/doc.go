@@ -50,21 +50,36 @@
 // # With otelhttp
 //
 // Both pieces compose with go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp
-// in either order; the recommended one keeps the policy closest to the
-// application on the server and closest to the wire on the client:
+// in either order. The recommended configuration gives otelhttp
+// [propagation.ExceptBaggage], so that it carries the trace context and
+// leaves the baggage to Handler and Transport, which carry it once each way
+// as the policy decides; it keeps the policy closest to the application on
+// the server and closest to the wire on the client:
 //
-//	otelhttp.NewHandler(httpsession.Handler(app, opts...), "op")
-//	&http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{Outbound: out})}
+//	except := otelhttp.WithPropagators(propagation.ExceptBaggage(nil))
+//	otelhttp.NewHandler(httpsession.Handler(app, httpsession.WithInbound(policy),
+//		httpsession.WithOnAccept(func(r *http.Request) { proc.Annotate(r.Context(), trace.SpanFromContext(r.Context())) })),
+//		"op", except)
+//	&http.Client{Transport: otelhttp.NewTransport(&httpsession.Transport{Outbound: out}, except)}
 //
-// On the server, otelhttp then starts the server span from the request
-// headers and Handler, running inside it, decides the session; the handler's
-// spans stay children of that server span. On the client, otelhttp injects
-// the whole baggage and Transport, the last to touch the headers, removes the
-// session where it must not go. The reverse order is also safe: Handler
-// rewrites the baggage header it hands on when it refuses a session, so an
-// otelhttp handler behind it cannot extract the session again; Transport sends
-// a context without the session, so an otelhttp transport behind it has none
-// to inject.
+// On the server, otelhttp then starts the server span from the trace
+// context, Handler running inside it decides the session, and [WithOnAccept]
+// puts the accepted session on that span (proc is the program's
+// sessiontrace.SpanProcessor); the handler's spans stay children of the
+// server span. Given the program's full propagator instead, otelhttp parses
+// the baggage a second time and starts its span from the session the client
+// sent, before the policy judged it, so a span processor copies a session
+// that may be refused onto the server span. On the client, otelhttp writes
+// trace context and Transport, the last to touch the headers, writes the
+// session where the policy allows it; given the full propagator, otelhttp
+// writes the baggage too and Transport removes the session from it again.
+// BenchmarkServerStack and BenchmarkClientStack measure both configurations
+// beside otelhttp alone.
+//
+// The reverse order is also safe: Handler rewrites the baggage header it
+// hands on when it refuses a session, so an otelhttp handler behind it
+// cannot extract the session again; Transport sends a context without the
+// session, so an otelhttp transport behind it has none to inject.
 //
 // The default propagator of both pieces is otel.GetTextMapPropagator(), read
 // at request time, as otelhttp does. It is a no-op until the program calls

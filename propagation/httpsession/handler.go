@@ -41,11 +41,29 @@ func WithOnError(fn func(r *http.Request, err error)) Option {
 	return Option{func(h *handler) { h.onError = fn }}
 }
 
+// WithOnAccept sets a function called, before the wrapped handler runs, with
+// the request (its context carrying the session) of every request whose
+// session the policy accepted. fn must not write to the response.
+//
+// Its use is the server span. otelhttp.NewHandler in front of Handler starts
+// that span before the policy runs, from the headers as they arrived: given
+// [propagation.ExceptBaggage], the span starts without a session; given the
+// full propagator, a span processor that copies the session onto spans
+// (sessiontrace) copies the one the client sent, accepted or not. The
+// accepted session is known only here:
+//
+//	proc := sessiontrace.NewSpanProcessor(redaction) // also registered with the tracer provider
+//	httpsession.WithOnAccept(func(r *http.Request) { proc.Annotate(r.Context(), trace.SpanFromContext(r.Context())) })
+func WithOnAccept(fn func(r *http.Request)) Option {
+	return Option{func(h *handler) { h.onAccept = fn }}
+}
+
 type handler struct {
-	next    http.Handler
-	prop    otelprop.TextMapPropagator
-	inbound *propagation.Inbound
-	onError func(*http.Request, error)
+	next     http.Handler
+	prop     otelprop.TextMapPropagator
+	inbound  *propagation.Inbound
+	onError  func(*http.Request, error)
+	onAccept func(*http.Request)
 }
 
 // Handler returns a handler that serves next with the request's context
@@ -95,9 +113,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = trace.ContextWithSpan(ctx, span)
 	}
 	r = r.WithContext(ctx)
+	accepted := propagation.HasSession(baggage.FromContext(ctx))
 	// No session came through although the headers name one: refused, or
 	// stripped from an untrusted peer.
-	lost := !propagation.HasSession(baggage.FromContext(ctx)) && mentionsSession(r.Header)
+	lost := !accepted && mentionsSession(r.Header)
 	// The request's span, when instrumentation in front started one, says
 	// why the session was refused or stripped.
 	if span := trace.SpanFromContext(ctx); err != nil {
@@ -116,6 +135,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil && h.onError != nil {
 		h.onError(r, err)
+	}
+	if accepted && h.onAccept != nil {
+		h.onAccept(r)
 	}
 	h.next.ServeHTTP(w, r)
 }
