@@ -237,14 +237,15 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 // its session when the session was withheld, or ctx with the session signed.
 // A transport that hands a context on beside the carrier (an HTTP request's
 // copy, for a RoundTripper below it that injects again) uses this one rather
-// than deciding and stripping a second time.
+// than deciding and stripping a second time. The signed context's baggage is
+// built when something first reads it: a RoundTripper that never looks costs
+// no copy of it.
 func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) (context.Context, error) {
 	return o.inject(ctx, prop, carrier, d, true)
 }
 
 // inject is InjectContext; wantCtx false says the caller drops the context
-// it returns, so a signature may be written into the carrier alone (see
-// appendsSignature) and the context returned is then the unsigned one.
+// it returns, which then need not carry the signature.
 func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest, wantCtx bool) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -294,7 +295,7 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 				out = withoutStrays(ctx)
 			}
 			sent = true
-			if s := o.Signer(); s != nil && !wantCtx && appendsSignature(prop, carrier, out, checked) {
+			if s := o.Signer(); s != nil && appendsSignature(prop, carrier, out, checked) {
 				appendSigner = s
 			} else if s != nil {
 				var serr error
@@ -310,10 +311,17 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	prop.Inject(out, carrier)
 	if appendSigner != nil {
-		if err := appendSigner.appendTo(out, prop, carrier, d.MessageID); err != nil {
-			errs = append(errs, err)
-		} else {
+		sig, resigned, err := appendSigner.appendTo(out, prop, carrier, d.MessageID)
+		switch {
+		case err != nil:
+			errs = append(errs, err) // sent unsigned, as out is
+		case resigned != nil:
+			out, signed = resigned, true
+		default:
 			signed = true
+			if wantCtx {
+				out = withSignature(out, sig)
+			}
 		}
 	}
 	if had {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
@@ -16,10 +17,11 @@ import (
 // Signing without copying the baggage. Signer.SignFor adds the signature to
 // the context's baggage with Baggage.SetMember, which copies the whole map
 // (about a quarter of a signed Outbound.Inject), only for the propagator to
-// write it out again. Where the caller drops the context (Outbound.Inject)
-// and the injection is known to end as one W3C "baggage" entry holding the
-// baggage's String, the signature member is appended to that entry instead:
-// the same members reach the wire, in an order W3C leaves free. Anything
+// write it out again. Where the injection is known to end as one W3C
+// "baggage" entry holding the baggage's String, the signature member is
+// appended to that entry instead: the same members reach the wire, in an
+// order W3C leaves free. InjectContext returns a context whose signed
+// baggage is built only when something reads it (withSignature). Anything
 // else (another propagator, a carrier whose Set might add a second entry, a
 // baggage that already holds a signature) takes the SetMember path.
 
@@ -73,52 +75,139 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 }
 
 // appendTo signs the session of out, which prop has just injected into
-// carrier, and appends the signature member to the carrier's baggage entry.
-// On an error the carrier keeps the session unsigned, as SignFor's callers
-// send it.
-func (s *Signer) appendTo(out context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, messageID string) error {
+// carrier, and appends the signature member to the carrier's baggage entry;
+// it returns the signature's value. Should the carrier hold no baggage entry
+// after all, it signs out itself and injects that again, and returns the
+// signed context as resigned. On an error the carrier keeps the session
+// unsigned, as SignFor's callers send it.
+func (s *Signer) appendTo(out context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, messageID string) (sig string, resigned context.Context, err error) {
 	b := baggage.FromContext(out)
 	if n := b.Len() + 1; n > otelsession.MaxBaggageMembers {
-		return fmt.Errorf("sign session: %d members, limit %d: %w", n, otelsession.MaxBaggageMembers, ErrSignatureNoRoom)
+		return "", nil, fmt.Errorf("sign session: %d members, limit %d: %w", n, otelsession.MaxBaggageMembers, ErrSignatureNoRoom)
 	}
 	written := carrier.Get(baggageHeader)
 	if written == "" {
-		// Not what a W3C propagator writes for a baggage with a session:
+		// Not what the W3C propagator writes for a baggage with a session:
 		// sign the context instead and inject it again, which replaces the
 		// entries the first injection wrote.
 		signed, err := s.SignFor(out, messageID)
-		if err == nil {
-			prop.Inject(signed, carrier)
+		if err != nil {
+			return "", nil, err
 		}
-		return err
+		prop.Inject(signed, carrier)
+		return "", signed, nil
 	}
 	ts := s.now().Unix()
 	if ts < 0 {
-		return fmt.Errorf("sign session: the clock reads before 1970: %w", ErrSignatureConfig)
+		return "", nil, fmt.Errorf("sign session: the clock reads before 1970: %w", ErrSignatureConfig)
 	}
 	var vals signedValues
 	vals.gather(b)
 	var sum [macBytes]byte
 	s.key.sum(ts, messageID, &vals, &sum)
-	var sigBuf [maxSignatureLen]byte
-	sig := appendSignature(sigBuf[:0], s.key.id, ts, &sum)
-	// The value is base64url, digits, dots and the key id's letters, digits,
-	// "-" and "_": nothing W3C escapes, so the member is written as is.
-	size := len(written) + 1 + len(otelsession.SignatureKey) + 1 + len(sig)
-	if size > otelsession.MaxBaggageBytes {
-		return fmt.Errorf("sign session: %d bytes, limit %d: %w", size, otelsession.MaxBaggageBytes, ErrSignatureNoRoom)
-	}
+	// The member, written last: the value is base64url, digits, dots and
+	// the key id's letters, digits, "-" and "_", nothing W3C escapes.
 	var line strings.Builder
-	line.Grow(size)
+	line.Grow(len(written) + 1 + len(otelsession.SignatureKey) + 1 + maxSignatureLen)
 	line.WriteString(written)
 	line.WriteByte(',')
 	line.WriteString(otelsession.SignatureKey)
 	line.WriteByte('=')
-	line.Write(sig)
+	valueAt := line.Len()
+	var sigBuf [maxSignatureLen]byte
+	line.Write(appendSignature(sigBuf[:0], s.key.id, ts, &sum))
+	if n := line.Len(); n > otelsession.MaxBaggageBytes {
+		return "", nil, fmt.Errorf("sign session: %d bytes, limit %d: %w", n, otelsession.MaxBaggageBytes, ErrSignatureNoRoom)
+	}
+	full := line.String()
 	if d, ok := carrier.(Deleter); ok {
 		d.Delete(baggageHeader)
 	}
-	carrier.Set(baggageHeader, line.String())
+	carrier.Set(baggageHeader, full)
+	return full[valueAt:], nil, nil
+}
+
+// withSignature returns out, whose baggage was sent with the signature sig
+// appended, as a context whose baggage holds that signature too: what
+// InjectContext returns, so that a transport handing it on (an HTTP
+// request's copy, to a RoundTripper that injects again) sends what was
+// sent. The signed baggage is built only when something reads it, since
+// building it copies the whole baggage (Baggage.SetMember), and most
+// requests go to a RoundTripper that never looks.
+func withSignature(out context.Context, sig string) context.Context {
+	c := &signedContext{Context: out, sig: sig}
+	if baggageKey == nil {
+		c.sign()
+		return c.signed
+	}
+	return c
+}
+
+// signedContext is a context whose baggage is that of the embedded one with
+// the member session.sig=sig added, built on first read. Every other value,
+// the deadline and cancellation are the embedded context's.
+type signedContext struct {
+	context.Context
+	sig    string
+	once   sync.Once
+	signed context.Context
+}
+
+func (c *signedContext) Value(key any) any {
+	if key != baggageKey {
+		return c.Context.Value(key)
+	}
+	c.once.Do(c.sign)
+	return c.signed.Value(key)
+}
+
+func (c *signedContext) sign() {
+	m, err := baggage.NewMemberRaw(otelsession.SignatureKey, c.sig)
+	if err == nil {
+		var nb baggage.Baggage
+		if nb, err = baggage.FromContext(c.Context).SetMember(m); err == nil {
+			c.signed = baggage.ContextWithBaggage(c.Context, nb)
+			return
+		}
+	}
+	// Cannot happen: the key is a constant token and the value was written
+	// by appendSignature. Without its signature the session would be
+	// refused downstream; without the session it is merely absent.
+	c.signed = WithoutSession(c.Context)
+}
+
+func (c *signedContext) String() string { return fmt.Sprintf("%v.WithSignature", c.Context) }
+
+// baggageKey is the key under which OpenTelemetry keeps a context's
+// baggage (a value of an unexported type), found once by watching what
+// baggage.FromContext asks a context for. It is nil when that is not
+// exactly one comparable key under which ContextWithBaggage stores; then
+// withSignature builds the signed context at once.
+var baggageKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	baggage.FromContext(p)
+	if len(p.keys) != 1 || p.keys[0] == nil || !reflect.TypeOf(p.keys[0]).Comparable() {
+		return nil
+	}
+	m, err := baggage.NewMemberRaw("k", "v")
+	if err != nil {
+		return nil
+	}
+	b, err := baggage.New(m)
+	if err != nil || baggage.ContextWithBaggage(context.Background(), b).Value(p.keys[0]) == nil {
+		return nil
+	}
+	return p.keys[0]
+}()
+
+// keyProbe records the keys it is asked for.
+type keyProbe struct {
+	context.Context
+	keys []any
+}
+
+func (p *keyProbe) Value(key any) any {
+	p.keys = append(p.keys, key)
 	return nil
 }
 
