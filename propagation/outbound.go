@@ -311,7 +311,7 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	prop.Inject(out, carrier)
 	if appendSigner != nil {
-		sig, resigned, err := appendSigner.appendTo(out, prop, carrier, d.MessageID)
+		sig, resigned, err := appendSigner.appendTo(out, carrier, d.MessageID)
 		switch {
 		case err != nil:
 			errs = append(errs, err) // sent unsigned, as out is

@@ -74,27 +74,31 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 	return w3c, true
 }
 
-// appendTo signs the session of out, which prop has just injected into
-// carrier, and appends the signature member to the carrier's baggage entry;
-// it returns the signature's value. Should the carrier hold no baggage entry
-// after all, it signs out itself and injects that again, and returns the
-// signed context as resigned. On an error the carrier keeps the session
-// unsigned, as SignFor's callers send it.
-func (s *Signer) appendTo(out context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, messageID string) (sig string, resigned context.Context, err error) {
+// appendTo signs the session of out, which a propagator appendsSignature
+// accepted has just injected into carrier, and appends the signature member
+// to the carrier's baggage entry; it returns the signature's value. Should
+// the carrier give back no baggage entry, it signs out itself, writes its
+// baggage again and returns the signed context as resigned. On an error the
+// carrier keeps the session unsigned, as SignFor's callers send it.
+func (s *Signer) appendTo(out context.Context, carrier otelprop.TextMapCarrier, messageID string) (sig string, resigned context.Context, err error) {
 	b := baggage.FromContext(out)
 	if n := b.Len() + 1; n > otelsession.MaxBaggageMembers {
 		return "", nil, fmt.Errorf("sign session: %d members, limit %d: %w", n, otelsession.MaxBaggageMembers, ErrSignatureNoRoom)
 	}
 	written := carrier.Get(baggageHeader)
 	if written == "" {
-		// Not what the W3C propagator writes for a baggage with a session:
-		// sign the context instead and inject it again, which replaces the
-		// entries the first injection wrote.
+		// Not what the W3C propagator writes for a baggage with a session
+		// (a carrier that cannot read back what it was given): sign the
+		// context instead and write its baggage again, the only entry that
+		// depends on it, replacing what the first injection wrote.
 		signed, err := s.SignFor(out, messageID)
 		if err != nil {
 			return "", nil, err
 		}
-		prop.Inject(signed, carrier)
+		if d, ok := carrier.(Deleter); ok {
+			d.Delete(baggageHeader)
+		}
+		otelprop.Baggage{}.Inject(signed, carrier)
 		return "", signed, nil
 	}
 	ts := s.now().Unix()

@@ -39,6 +39,17 @@ type deletingAppendCarrier struct{ appendCarrier }
 
 func (c deletingAppendCarrier) Delete(key string) { delete(c.appendCarrier, key) }
 
+// blindCarrier is a carrier that cannot read back what it was given (Get
+// returns nothing), though it replaces on Set and can delete; Values shows
+// the test what it holds.
+type blindCarrier map[string][]string
+
+func (c blindCarrier) Get(string) string          { return "" }
+func (c blindCarrier) Set(key, value string)      { c[key] = []string{value} }
+func (c blindCarrier) Keys() []string             { return slices.Collect(maps.Keys(c)) }
+func (c blindCarrier) Values(key string) []string { return c[key] }
+func (c blindCarrier) Delete(key string)          { delete(c, key) }
+
 // perMemberBaggage writes baggage in another format than W3C's: one entry
 // per member, as the OpenTracing propagator does ("ot-baggage-<key>").
 type perMemberBaggage struct{}
@@ -123,6 +134,7 @@ func TestSignedInjectWritesWhatTheSignedContextWrites(t *testing.T) {
 			return deletingAppendCarrier{appendCarrier{}}
 		},
 		"appending Set, no Delete": func() otelprop.TextMapCarrier { return appendCarrier{} },
+		"cannot read back":         func() otelprop.TextMapCarrier { return blindCarrier{} },
 	}
 	props := map[string]struct {
 		prop       otelprop.TextMapPropagator
