@@ -230,14 +230,24 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 // messageID and issued now, and leaves in vals the members it covers. It
 // does not check the W3C limits: its callers measure what they send.
 func (s *Signer) signature(b baggage.Baggage, messageID string, vals *signedValues) (string, error) {
+	var sum [macBytes]byte
+	ts, err := s.mac(b, messageID, vals, &sum)
+	if err != nil {
+		return "", err
+	}
+	return formatSignature(s.key.id, ts, &sum), nil
+}
+
+// mac leaves in sum the MAC over the session of b, bound to messageID and
+// issued now, and in vals the members it covers; it returns the issue time.
+func (s *Signer) mac(b baggage.Baggage, messageID string, vals *signedValues, sum *[macBytes]byte) (int64, error) {
 	ts := s.now().Unix()
 	if ts < 0 {
-		return "", fmt.Errorf("the clock reads before 1970: %w", ErrSignatureConfig)
+		return 0, fmt.Errorf("the clock reads before 1970: %w", ErrSignatureConfig)
 	}
 	vals.gather(b)
-	var sum [macBytes]byte
-	s.key.sum(ts, messageID, vals, &sum)
-	return formatSignature(s.key.id, ts, &sum), nil
+	s.key.sum(ts, messageID, vals, sum)
+	return ts, nil
 }
 
 // fitsWith reports whether b with sig (replacing b's own) is within the

@@ -101,14 +101,12 @@ func (s *Signer) appendTo(out context.Context, carrier otelprop.TextMapCarrier, 
 		otelprop.Baggage{}.Inject(signed, carrier)
 		return "", signed, nil
 	}
-	ts := s.now().Unix()
-	if ts < 0 {
-		return "", nil, fmt.Errorf("sign session: the clock reads before 1970: %w", ErrSignatureConfig)
-	}
 	var vals signedValues
-	vals.gather(b)
 	var sum [macBytes]byte
-	s.key.sum(ts, messageID, &vals, &sum)
+	ts, err := s.mac(b, messageID, &vals, &sum)
+	if err != nil {
+		return "", nil, fmt.Errorf("sign session: %w", err)
+	}
 	// The member, written last: the value is base64url, digits, dots and
 	// the key id's letters, digits, "-" and "_", nothing W3C escapes.
 	var line strings.Builder

@@ -326,3 +326,28 @@ func TestRawSignerSignsWhatTheSignerSigns(t *testing.T) {
 		}
 	}
 }
+
+// A signer whose clock reads before 1970 signs nothing: the session goes
+// unsigned, with an error that says why, on either path.
+func TestSignedInjectWithAClockBefore1970(t *testing.T) {
+	signer := mustSigner(t, testKey("k1"), time.Unix(-1, 0))
+	policy := propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))
+	ctx := otelsession.Bind(context.Background(), fullTestSession)
+	dest := propagation.Dest{Transport: propagation.TransportNATS, Name: "chat.in"}
+	for _, prop := range []otelprop.TextMapPropagator{w3cProp, wrappedW3C{w3cProp}} {
+		c := otelprop.MapCarrier{}
+		sent, err := policy.InjectContext(ctx, prop, c, dest)
+		if !errors.Is(err, propagation.ErrSignatureConfig) || !strings.Contains(err.Error(), "before 1970") {
+			t.Errorf("%T: err = %v", prop, err)
+		}
+		if strings.Contains(c["baggage"], otelsession.SignatureKey) || !strings.Contains(c["baggage"], "session.chat_id=") {
+			t.Errorf("%T: sent %q, want the session unsigned", prop, c["baggage"])
+		}
+		if baggage.FromContext(sent).Member(otelsession.SignatureKey).Key() != "" {
+			t.Errorf("%T: the context returned holds a signature", prop)
+		}
+	}
+	if c := policy.Counts(); c.Sent != 2 || c.Signed != 0 {
+		t.Errorf("counts %+v", c)
+	}
+}
