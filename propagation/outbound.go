@@ -228,7 +228,7 @@ func (o *Outbound) Counts() OutboundCounts {
 // limits: the carrier then has the session unsigned; an invalid value: the
 // carrier has no session); carrier has been written in every case.
 func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) error {
-	_, err := o.InjectContext(ctx, prop, carrier, d)
+	_, err := o.inject(ctx, prop, carrier, d, false)
 	return err
 }
 
@@ -237,8 +237,16 @@ func (o *Outbound) Inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 // its session when the session was withheld, or ctx with the session signed.
 // A transport that hands a context on beside the carrier (an HTTP request's
 // copy, for a RoundTripper below it that injects again) uses this one rather
-// than deciding and stripping a second time.
+// than deciding and stripping a second time. The signed context's baggage is
+// built when something first reads it: a RoundTripper that never looks costs
+// no copy of it.
 func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest) (context.Context, error) {
+	return o.inject(ctx, prop, carrier, d, true)
+}
+
+// inject is InjectContext; wantCtx false says the caller drops the context
+// it returns, which then need not carry the signature.
+func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, d Dest, wantCtx bool) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -266,6 +274,7 @@ func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropa
 		had = hasSession(b)
 	}
 	out, sent, signed, invalid := ctx, false, false, false
+	var appendSigner *Signer // signs after the injection, into the carrier
 	switch {
 	case !had && (checked || b.Len() == 0):
 		// No baggage at all, or one Bind built without a session: there is
@@ -286,7 +295,9 @@ func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropa
 				out = withoutStrays(ctx)
 			}
 			sent = true
-			if s := o.Signer(); s != nil {
+			if s := o.Signer(); s != nil && appendsSignature(prop, carrier, out, checked) {
+				appendSigner = s
+			} else if s != nil {
 				var serr error
 				if out, serr = s.SignFor(out, d.MessageID); serr != nil {
 					errs = append(errs, serr)
@@ -299,6 +310,20 @@ func (o *Outbound) InjectContext(ctx context.Context, prop otelprop.TextMapPropa
 		out = WithoutSession(ctx) // strays too, when there is no session
 	}
 	prop.Inject(out, carrier)
+	if appendSigner != nil {
+		sig, resigned, err := appendSigner.appendTo(out, carrier, d.MessageID)
+		switch {
+		case err != nil:
+			errs = append(errs, err) // sent unsigned, as out is
+		case resigned != nil:
+			out, signed = resigned, true
+		default:
+			signed = true
+			if wantCtx {
+				out = withSignature(out, sig)
+			}
+		}
+	}
 	if had {
 		o.count(sent, signed, invalid)
 		outcome := "withheld"

@@ -11,6 +11,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // BenchmarkOutboundInject measures the outbound policy's one step on its
@@ -21,11 +22,17 @@ import (
 //   - allowed: the destination may receive the session (16 members);
 //   - withheld: it may not, so the session is removed and only trace
 //     context (and foreign baggage, here none) is written;
-//   - signed: allowed, and signed for a message id;
+//   - signed: allowed, and signed for a message id. Its baselines are
+//     path=raw, the same session unsigned (what signing adds shows beside
+//     it), and path=raw_signed, what a program without sessionwire runs to
+//     send the same signed bytes: the same canonical input MACed with
+//     crypto/hmac, the member added with Baggage.SetMember, then the stock
+//     injection (sessiontest.RawSigner);
 //   - no session: a context without one, as most background work is.
 func BenchmarkOutboundInject(b *testing.B) {
 	key := propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
-	signer, err := propagation.NewSigner(key, propagation.WithClock(func() time.Time { return signTime }))
+	clock := func() time.Time { return signTime }
+	signer, err := propagation.NewSigner(key, propagation.WithClock(clock))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,6 +72,18 @@ func BenchmarkOutboundInject(b *testing.B) {
 	b.Run("withheld/path=raw", raw(bound))
 	b.Run("withheld/path=session", session(bound, deny))
 	b.Run("signed/path=raw", raw(bound))
+	b.Run("signed/path=raw_signed", func(b *testing.B) {
+		rs := sessiontest.NewRawSigner(key.ID, key.Secret, clock)
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, err := rs.Sign(bound, dest.MessageID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prop.Inject(ctx, otelprop.MapCarrier{})
+		}
+	})
 	b.Run("signed/path=session", session(bound, sign))
 	b.Run("no_session/path=raw", raw(bare))
 	b.Run("no_session/path=session", session(bare, allow))

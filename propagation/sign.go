@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"hash"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -206,16 +205,13 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ts := s.now().Unix()
-	if ts < 0 {
-		return withoutSignature(ctx), fmt.Errorf("sign session: the clock reads before 1970: %w", ErrSignatureConfig)
-	}
 	b := baggage.FromContext(ctx)
 	var vals signedValues
-	vals.gather(b)
-	var sum [macBytes]byte
-	s.key.sum(ts, messageID, &vals, &sum)
-	m, err := baggage.NewMemberRaw(otelsession.SignatureKey, formatSignature(s.key.id, ts, &sum))
+	sig, err := s.signature(b, messageID, &vals)
+	if err != nil {
+		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
+	}
+	m, err := baggage.NewMemberRaw(otelsession.SignatureKey, sig)
 	if err != nil { // cannot happen: the key is a constant token, the value base64url
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}
@@ -228,6 +224,30 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}
 	return baggage.ContextWithBaggage(ctx, nb), nil
+}
+
+// signature returns the session.sig value over the session of b, bound to
+// messageID and issued now, and leaves in vals the members it covers. It
+// does not check the W3C limits: its callers measure what they send.
+func (s *Signer) signature(b baggage.Baggage, messageID string, vals *signedValues) (string, error) {
+	var sum [macBytes]byte
+	ts, err := s.mac(b, messageID, vals, &sum)
+	if err != nil {
+		return "", err
+	}
+	return formatSignature(s.key.id, ts, &sum), nil
+}
+
+// mac leaves in sum the MAC over the session of b, bound to messageID and
+// issued now, and in vals the members it covers; it returns the issue time.
+func (s *Signer) mac(b baggage.Baggage, messageID string, vals *signedValues, sum *[macBytes]byte) (int64, error) {
+	ts := s.now().Unix()
+	if ts < 0 {
+		return 0, fmt.Errorf("the clock reads before 1970: %w", ErrSignatureConfig)
+	}
+	vals.gather(b)
+	s.key.sum(ts, messageID, vals, sum)
+	return ts, nil
 }
 
 // fitsWith reports whether b with sig (replacing b's own) is within the
@@ -442,15 +462,8 @@ func indexDot(s string) int {
 }
 
 func formatSignature(kid string, ts int64, sum *[macBytes]byte) string {
-	b := make([]byte, 0, maxSignatureLen)
-	b = append(b, signatureVersion...)
-	b = append(b, '.')
-	b = append(b, kid...)
-	b = append(b, '.')
-	b = strconv.AppendInt(b, ts, 10)
-	b = append(b, '.')
-	b = macEncoding.AppendEncode(b, sum[:])
-	return string(b)
+	var b [maxSignatureLen]byte
+	return string(appendSignature(b[:0], kid, ts, sum))
 }
 
 // signedKeys are the members a signature covers, sorted by key: the rows of

@@ -128,13 +128,57 @@ func Inbound(transport, outcome, reason string) {
 
 // Outbound counts one carrier: outcome "sent" or "withheld".
 func Outbound(transport, outcome string, signed bool) {
+	get().outbound.Add(context.Background(), 1, outboundOption(transport, outcome, signed)...)
+}
+
+// outboundTransports are the transports propagation names (its Transport
+// constants), whose Outbound option lists are kept in outboundOpts.
+var outboundTransports = [...]string{"http", "grpc", "nats", "kafka", "amqp", "env"}
+
+// outboundOpts holds Outbound's option lists by transport, outcome (sent,
+// withheld) and signed, so that counting a carrier, which every outbound
+// injection does, finds its list without hashing a key; any other
+// transport or outcome goes through the map.
+var outboundOpts [len(outboundTransports)][2][2]atomic.Pointer[[]metric.AddOption]
+
+func outboundOption(transport, outcome string, signed bool) []metric.AddOption {
 	s := "0"
 	if signed {
 		s = "1"
 	}
-	get().outbound.Add(context.Background(), 1, option(optKey{'o', transport, outcome, s}, func() []attribute.KeyValue {
-		return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)}
-	})...)
+	build := func() []metric.AddOption {
+		return option(optKey{'o', transport, outcome, s}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)}
+		})
+	}
+	t := -1
+	for i, n := range outboundTransports {
+		if n == transport {
+			t = i
+			break
+		}
+	}
+	w := -1
+	switch outcome {
+	case "sent":
+		w = 0
+	case "withheld":
+		w = 1
+	}
+	if t < 0 || w < 0 {
+		return build()
+	}
+	sg := 0
+	if signed {
+		sg = 1
+	}
+	p := &outboundOpts[t][w][sg]
+	if o := p.Load(); o != nil {
+		return *o
+	}
+	o := build()
+	p.Store(&o)
+	return o
 }
 
 // Prewritten counts n session members removed from a carrier.

@@ -309,6 +309,15 @@ func (c injCarrier) Get(key string) string {
 	return ""
 }
 
+// Delete removes the variable of key from what was injected, so that
+// propagation.Outbound, which deletes an entry before it writes it again
+// (appending a signature to the BAGGAGE the propagator wrote), can tell
+// that the variable ends with one value.
+func (c injCarrier) Delete(key string) {
+	n := envName(key)
+	c.in.kv = slices.DeleteFunc(c.in.kv, func(kv [2]string) bool { return kv[0] == n })
+}
+
 func (c injCarrier) Keys() []string {
 	keys := make([]string, 0, len(c.in.kv))
 	for _, kv := range c.in.kv {

@@ -19,6 +19,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // benchSession sets every field: 16 baggage members on the wire.
@@ -100,7 +101,11 @@ func BenchmarkInbound(b *testing.B) {
 
 // BenchmarkOutbound compares the Transport's injection step (copy the
 // request, decide, inject; strip for a withheld host; sign) with the plain
-// OTel injection of the same full session into a copy of the request.
+// OTel injection of the same full session into a copy of the request. The
+// signed step has a second baseline, path=raw_signed: the same signed bytes
+// sent without sessionwire (the signature computed with crypto/hmac over the
+// Signer's input and added with Baggage.SetMember; sessiontest.RawSigner),
+// the request copied with the signed context.
 func BenchmarkOutbound(b *testing.B) {
 	ctx := otelsession.Bind(context.Background(), benchSession)
 	prop := otelprop.Baggage{}
@@ -112,8 +117,9 @@ func BenchmarkOutbound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	signer, err := propagation.NewSigner(propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")},
-		propagation.WithClock(func() time.Time { return time.Unix(1_767_225_600, 0) }))
+	key := propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+	clock := func() time.Time { return time.Unix(1_767_225_600, 0) }
+	signer, err := propagation.NewSigner(key, propagation.WithClock(clock))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,5 +152,19 @@ func BenchmarkOutbound(b *testing.B) {
 	b.Run("Transport_withheld/path=raw", raw(withheld))
 	b.Run("Transport_withheld/path=session", session(plain, withheld))
 	b.Run("Transport_signed/path=raw", raw(allowed))
+	b.Run("Transport_signed/path=raw_signed", func(b *testing.B) {
+		rs := sessiontest.NewRawSigner(key.ID, key.Secret, clock)
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			signed, err := rs.Sign(ctx, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := allowed.Clone(signed)
+			prop.Inject(signed, otelprop.HeaderCarrier(r.Header))
+			sinkReq = r
+		}
+	})
 	b.Run("Transport_signed/path=session", session(signed, allowed))
 }

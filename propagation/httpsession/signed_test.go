@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,53 @@ func waitSite(t *testing.T, s *site) []string {
 		t.Fatal("the handler chain did not return")
 	}
 	return wire
+}
+
+// A Transport whose policy signs, with otelhttp in front of it or behind
+// it: behind it, otelhttp injects the request context's baggage again, so
+// the context the Transport hands on must hold the signature it sent. The
+// allowed host receives one baggage line with one signature, which its
+// Handler, trusting no peer, accepts.
+func TestTransportSignsAndWhatInjectsAgainKeepsTheSignature(t *testing.T) {
+	signer, err := propagation.NewSigner(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, clientOrder := range []string{"otelhttp(Transport)", "Transport{Base: otelhttp}"} {
+		t.Run(clientOrder, func(t *testing.T) {
+			tp := sdktrace.NewTracerProvider()
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
+			internal := startSite(t, "otelhttp(Handler(app))", tp, policy)
+			base := &http.Transport{}
+			t.Cleanup(base.CloseIdleConnections)
+			out := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Prefixes: []string{internal.url}}), propagation.WithSigner(signer))
+			otelOpts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(w3c)}
+			var rt http.RoundTripper
+			if clientOrder == "otelhttp(Transport)" {
+				rt = otelhttp.NewTransport(&httpsession.Transport{Base: base, Propagator: w3c, Outbound: out}, otelOpts...)
+			} else {
+				rt = &httpsession.Transport{Base: otelhttp.NewTransport(base, otelOpts...), Propagator: w3c, Outbound: out}
+			}
+			session := otelsession.Session{Platform: "slack", ChatID: "C024BE91L", ThreadID: "1700000000.000100", UserID: "U1"}
+			r := get(t, otelsession.Bind(context.Background(), session), &http.Client{Transport: rt}, internal.url+"/notify", internal.got)
+			wire := waitSite(t, internal)
+			if len(wire) != 1 || strings.Count(wire[0], otelsession.SignatureKey+"=") != 1 {
+				t.Errorf("baggage on the wire: %q, want one line with one signature", wire)
+			}
+			if c := policy.Counts(); c.Signed != 1 || c.Accepted != 1 {
+				t.Errorf("policy counts %+v, want one signed session accepted", c)
+			}
+			if r.session[otelsession.FieldChatID] != session.ChatID {
+				t.Errorf("handler saw %v", r.session)
+			}
+			if c := out.Counts(); c.Signed != 1 {
+				t.Errorf("outbound counts %+v", c)
+			}
+		})
+	}
 }

@@ -13,6 +13,7 @@ package natssession_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
@@ -57,15 +59,26 @@ func BenchmarkInject(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	raw := func(b *testing.B) {
-		defer benchcpu.Time(b)()
-		b.ReportAllocs()
-		for b.Loop() {
-			msg := benchMsg()
-			ctx, span := benchTracer.Start(ctx, "publish "+msg.Subject, trace.WithSpanKind(trace.SpanKindProducer),
-				trace.WithAttributes(natsAttrs(msg.Subject, "publish", semconv.MessagingOperationTypeSend)...))
-			w3c.Inject(ctx, natssession.HeaderCarrier(msg.Header))
-			span.End()
+	// raw is what a hand-instrumented client does; sign, when not nil, signs
+	// the session for the message's id before the injection, as a program
+	// without sessionwire would (the raw_signed baseline).
+	raw := func(sign func(context.Context, string) (context.Context, error)) func(*testing.B) {
+		return func(b *testing.B) {
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				msg := benchMsg()
+				ctx, span := benchTracer.Start(ctx, "publish "+msg.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+					trace.WithAttributes(natsAttrs(msg.Subject, "publish", semconv.MessagingOperationTypeSend)...))
+				if sign != nil {
+					var err error
+					if ctx, err = sign(ctx, msg.Header.Get(jetstream.MsgIDHeader)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				w3c.Inject(ctx, natssession.HeaderCarrier(msg.Header))
+				span.End()
+			}
 		}
 	}
 	session := func(out *propagation.Outbound) func(*testing.B) {
@@ -79,9 +92,10 @@ func BenchmarkInject(b *testing.B) {
 			}
 		}
 	}
-	b.Run("Publisher.Inject/path=raw", raw)
+	b.Run("Publisher.Inject/path=raw", raw(nil))
 	b.Run("Publisher.Inject/path=session", session(toQueue))
-	b.Run("Publisher.Inject_signed/path=raw", raw)
+	b.Run("Publisher.Inject_signed/path=raw", raw(nil))
+	b.Run("Publisher.Inject_signed/path=raw_signed", raw(sessiontest.NewRawSigner(gatewayKey.ID, gatewayKey.Secret, time.Now).Sign))
 	b.Run("Publisher.Inject_signed/path=session", session(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))))
 }
 

@@ -66,11 +66,13 @@ var profiles = []profile{
 	{
 		file: "outbound_signed.txt", title: "Outbound.Inject of a full session, allowed and signed",
 		pkg: "propagation", bench: "^BenchmarkOutboundInject$/^signed$/^path=session$",
-		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`,
+		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`,
 		parts: []part{
 			{"the propagators writing the carrier (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
-			{"OpenTelemetry adding the signature member (Baggage.SetMember copies the map)", `^go.opentelemetry.io/otel/baggage\.Baggage\.SetMember$`},
-			{"the HMAC", `^github.com/sessionwire/sessionwire/propagation\.\(\*macKey\)\.sum$`},
+			{"signing into the line the propagator wrote (appendTo)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Signer\)\.appendTo$`},
+			{"  of which reading the signed members (OpenTelemetry's Baggage.Member, one per signed key)", `^github.com/sessionwire/sessionwire/propagation\.\(\*signedValues\)\.gather$`},
+			{"  of which the HMAC", `^github.com/sessionwire/sessionwire/propagation\.\(\*macKey\)\.sum$`},
+			{"OpenTelemetry adding the signature member (Baggage.SetMember; only on the fallback path)", `^go.opentelemetry.io/otel/baggage\.Baggage\.SetMember$`},
 		},
 	},
 	{
@@ -98,7 +100,7 @@ var profiles = []profile{
 		pkg: "propagation/execsession", bench: "^BenchmarkEnviron$/^Environ$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/execsession\.Config\.Environ$`,
 		parts: []part{
-			{"the outbound policy's injection (the raw path's envcar injection inside)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`},
+			{"the outbound policy's injection (the raw path's envcar injection inside)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`},
 			{"reading every field for the legacy HERMES_* variables (otelsession.Range, the leak policy)", `^github.com/sessionwire/sessionwire/otelsession\.Range$`},
 			{"the propagator's variable names (OpenTelemetry's Fields)", `^github.com/sessionwire/sessionwire/propagation/execsession\.propagatorVars$`},
 		},
