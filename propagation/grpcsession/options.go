@@ -22,6 +22,7 @@ type config struct {
 	onError         func(ctx context.Context, fullMethod string, err error)
 	onAccept        func(ctx context.Context, fullMethod string)
 	lastTarget      atomic.Pointer[targetNames] // the client's last target, worked out
+	edgeState
 }
 
 func newConfig(opts []Option) *config {
