@@ -60,7 +60,9 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 // sets them, when span is recording. It is for a span that started before
 // its session was decided: a gRPC server span that otelgrpc starts before
 // any interceptor runs, when grpcsession's policy accepts the session
-// afterwards (grpcsession.WithOnAccept). It records the same fields as
+// afterwards (grpcsession.WithOnAccept, beside otelgrpc given
+// grpcsession.ExceptBaggage; a grpcsession.Edge decides before otelgrpc
+// starts the span, which then needs no Annotate). It records the same fields as
 // OnStart. Attributes already on the span
 // under the same keys are replaced; a field the session does not hold
 // leaves its attribute, if any, as it was.
