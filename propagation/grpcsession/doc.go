@@ -29,8 +29,10 @@
 // other: a server interceptor without a verdict judges the call itself; a
 // client interceptor carries the session itself on a connection whose
 // otelgrpc it has not seen run the propagator; the propagator without the
-// client interceptor sends no session. No configuration sends a session
-// the policy did not allow or hands a handler one it did not accept.
+// client interceptor sends no session. None of these sends a session the
+// policy did not allow or gives a handler's context one it did not accept,
+// provided otelgrpc is given the propagator as its whole propagator (see
+// [Edge.Propagator]).
 //
 // The sections below describe what is judged and sent; they hold for the
 // Edge and for the interceptors on their own (the package-level

@@ -122,8 +122,9 @@ var ErrWithoutInterceptor = errors.New("the call did not pass the Edge's client 
 // (the handler's context, [WithUnauthenticated], [WithOnError],
 // [WithOnAccept], the span event of a refusal, the metadata the handler
 // reads); they do not extract again. Without them, the policy still
-// decides the session of the handler's context, and those options do not
-// run. A call whose metadata has several "baggage" entries or a
+// decides the session of the handler's context, but those options do not
+// run and the incoming metadata the handler can read is not re-encoded (a
+// refused session's baggage line is still there to read). A call whose metadata has several "baggage" entries or a
 // "baggage-bin" entry, which only the interceptors judge, gets no verdict
 // here: otelgrpc extracts only its trace context, and the interceptors
 // decide as without this propagator.
