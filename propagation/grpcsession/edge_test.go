@@ -405,3 +405,100 @@ func TestEdgeServerWithoutItsPropagator(t *testing.T) {
 		}
 	}
 }
+
+// Over mutual TLS, the Edge's propagator judges the call in otelgrpc's
+// handler with the peer of the connection, verified certificate included
+// (gRPC puts the peer in the context before the stats handlers run): the
+// gateway's certificate gets its session accepted, on the server span too;
+// another certificate, or a plaintext client claiming the gateway's name as
+// its :authority, does not, and the trust function saw the certificate's
+// name and the connection's address.
+func TestEdgeTLSTrustBySAN(t *testing.T) {
+	p := newPKI(t)
+	const gateway = "spiffe://test/ns/gw/sa/gateway"
+	tp, exp := edgeTracing(t)
+	var mu sync.Mutex
+	var peers []propagation.Peer
+	trust := grpcsession.TrustSANs(gateway)
+	policy := propagation.NewInbound(func(ctx context.Context, peer propagation.Peer) bool {
+		mu.Lock()
+		peers = append(peers, peer)
+		mu.Unlock()
+		return trust(ctx, peer)
+	})
+	edge := grpcsession.New(grpcsession.WithInbound(policy))
+	svc := newService()
+	stats := grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(edge.Propagator())))
+	tlsAddr := serve(t, svc, append(edge.ServerOptions(), stats, p.serverCreds())...)
+	plainAddr := serve(t, svc, append(edge.ServerOptions(), stats)...)
+	gwCert, otherCert := p.client(t, 20, gateway), p.client(t, 21, "spiffe://test/ns/x/sa/intruder")
+	client := grpcsession.New(allowAll)
+	for _, tc := range []struct {
+		name     string
+		addr     string
+		opt      grpc.DialOption
+		accept   bool
+		peerName string
+	}{
+		{"gateway certificate", tlsAddr, p.clientCreds(&gwCert), true, gateway},
+		{"other certificate", tlsAddr, p.clientCreds(&otherCert), false, "spiffe://test/ns/x/sa/intruder"},
+		{"plaintext claiming the name", plainAddr, grpc.WithAuthority(gateway), false, gateway},
+	} {
+		exp.Reset()
+		mu.Lock()
+		peers = nil
+		mu.Unlock()
+		c := dial(t, tc.addr, append(client.DialOptions(), tc.opt,
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(client.Propagator()))))...)
+		unary(t, bound(), c)
+		if got := svc.next(t); tc.accept != (len(got.session) > 0) || !tc.accept && got.hasSessionMember() {
+			t.Fatalf("%s: session %v %q, want accepted %v", tc.name, got.session, got.baggage, tc.accept)
+		}
+		if got := attr(serverSpans(t, exp, 1)[0], "session.chat_id"); tc.accept != (got != "") {
+			t.Fatalf("%s: server span session.chat_id %q, want accepted %v", tc.name, got, tc.accept)
+		}
+		mu.Lock()
+		if len(peers) != 1 || peers[0].Name != tc.peerName || peers[0].Addr.String() != "127.0.0.1" {
+			t.Fatalf("%s: the trust function saw %+v, want one peer 127.0.0.1 named %q", tc.name, peers, tc.peerName)
+		}
+		mu.Unlock()
+	}
+}
+
+// A session signed with the right key id and the wrong secret, from a peer
+// the server does not trust, is neither on otelgrpc's server span nor in the
+// handler, and WithOnError hears ErrBadSignature; the same session signed
+// with the server's key is accepted.
+func TestEdgeForgedSignature(t *testing.T) {
+	tp, exp := edgeTracing(t)
+	verifier, err := propagation.NewVerifier([]propagation.Key{testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Value
+	svc := newService()
+	addr := edgeServer(t, svc, tp, grpcsession.New(grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))),
+		grpcsession.WithOnError(func(_ context.Context, _ string, err error) { reported.Store(err) })))
+	for _, tc := range []struct {
+		key    propagation.Key
+		accept bool
+	}{
+		{propagation.Key{ID: testKey.ID, Secret: []byte("a forger's secret, at least 32 bytes")}, false},
+		{testKey, true},
+	} {
+		exp.Reset()
+		s, err := propagation.NewSigner(tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unary(t, bound(), edgeClient(t, addr, tp, grpcsession.New(grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))))))
+		got := svc.next(t)
+		chat := attr(serverSpans(t, exp, 1)[0], "session.chat_id")
+		if tc.accept != (len(got.session) > 0) || tc.accept != (chat != "") || !tc.accept && got.hasSessionMember() {
+			t.Fatalf("accept %v: handler %v %q, span session.chat_id %q", tc.accept, got.session, got.baggage, chat)
+		}
+		if err, _ := reported.Load().(error); !tc.accept && !errors.Is(err, propagation.ErrBadSignature) {
+			t.Fatalf("WithOnError saw %v", err)
+		}
+	}
+}
