@@ -5,6 +5,14 @@
 // for otelgrpc that runs those policies inside otelgrpc's own propagation
 // step.
 //
+// It owns the gRPC edge and nothing else. The policy itself (which peers are
+// trusted, which input is refused, where a session may go, signing) lives in
+// package propagation ([propagation.Inbound], [propagation.Outbound]), the
+// same two every transport of this module uses; the session model lives in
+// package otelsession. The wire format is ordinary W3C baggage in the
+// "baggage" metadata entry, so otelgrpc on the other side is enough to
+// receive and forward a session.
+//
 // # With otelgrpc: an Edge
 //
 // The recommended configuration: one [Edge] per program, its propagator
@@ -38,14 +46,6 @@
 // Edge and for the interceptors on their own (the package-level
 // [ServerOptions] and [DialOptions], with otelgrpc given [ExceptBaggage],
 // the configuration before the Edge, still supported).
-//
-// It owns the gRPC edge and nothing else. The policy itself (which peers are
-// trusted, which input is refused, where a session may go, signing) lives in
-// package propagation ([propagation.Inbound], [propagation.Outbound]), the
-// same two every transport of this module uses; the session model lives in
-// package otelsession. The wire format is ordinary W3C baggage in the
-// "baggage" metadata entry, so otelgrpc on the other side is enough to
-// receive and forward a session.
 //
 // # Server
 //
