@@ -58,7 +58,7 @@
 //
 // Each transport lives in its own sub-package, so a program imports only what
 // it uses: httpsession (server handler and client transport), grpcsession
-// (server and client interceptors), natssession
+// (server and client interceptors, and a propagator for otelgrpc), natssession
 // (NATS core and JetStream headers), execsession (child-process
 // environments), kafkasession and amqpsession (record and table carriers).
 package propagation

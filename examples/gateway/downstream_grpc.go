@@ -2,9 +2,9 @@ package main
 
 // The downstream service over gRPC (--downstream=grpc): the same service as
 // the HTTP one in worker.go (it answers with the thread of the session it
-// received; threadrpc is its protocol), behind grpcsession's server
-// interceptors and otelgrpc, called by the workers through grpcsession's
-// client interceptors.
+// received; threadrpc is its protocol), behind otelgrpc and a grpcsession
+// Edge (otelgrpc runs the Edge's propagator, gRPC its interceptors), called
+// by the workers through an Edge of their own.
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
 	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -72,12 +71,14 @@ func serveGRPCDownstream(ctx context.Context, addr string, trust propagation.Tru
 	}
 	d := &grpcDownstream{inbound: propagation.NewInbound(trust)}
 	prop := propagatorFor(storeBaggage) // it reads W3C baggage whatever store the workers use
-	// otelgrpc starts the server span from the trace context; the
-	// interceptors judge the baggage, once (see grpcsession.ExceptBaggage).
-	srv := grpc.NewServer(append(grpcsession.ServerOptions(grpcsession.WithInbound(d.inbound), grpcsession.WithPropagator(prop),
-		grpcsession.WithOnAccept(demotrace.Annotate)), // the accepted session on otelgrpc's server span
+	// otelgrpc runs the Edge's propagator, which judges the session where
+	// otelgrpc extracts, so its server span starts from the accepted
+	// session (and carries it, through demotrace's span processor); the
+	// Edge's interceptors act on that verdict.
+	edge := grpcsession.New(grpcsession.WithInbound(d.inbound), grpcsession.WithPropagator(prop))
+	srv := grpc.NewServer(append(edge.ServerOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
-			otelgrpc.WithPropagators(grpcsession.ExceptBaggage(prop)))))...)
+			otelgrpc.WithPropagators(edge.Propagator()))))...)
 	threadrpc.Register(srv, d)
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
@@ -118,9 +119,10 @@ func newGRPCClient(u *url.URL, store string, signer *propagation.Signer, tp trac
 	out := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
 		Prefixes: []string{"grpc://" + u.Host + "/" + threadrpc.Service + "/"}}), propagation.WithSigner(signer))
 	prop := propagatorFor(store)
-	conn, err := grpc.NewClient(u.Host, append(grpcsession.DialOptions(grpcsession.WithOutbound(out), grpcsession.WithPropagator(prop)),
+	edge := grpcsession.New(grpcsession.WithOutbound(out), grpcsession.WithPropagator(prop))
+	conn, err := grpc.NewClient(u.Host, append(edge.DialOptions(),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp),
-			otelgrpc.WithPropagators(grpcsession.ExceptBaggage(prop)))),
+			otelgrpc.WithPropagators(edge.Propagator()))),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: connect to the gRPC downstream at %s: %w", u.Host, err)

@@ -59,9 +59,11 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 // Annotate sets on span the session attributes of ctx, redacted as OnStart
 // sets them, when span is recording. It is for a span that started before
 // its session was decided: a gRPC server span that otelgrpc starts before
-// any interceptor runs, or an HTTP server span otelhttp starts in front of
-// httpsession.Handler, when the policy accepts the session afterwards
-// (grpcsession.WithOnAccept, httpsession.WithOnAccept). It records the same fields as
+// any interceptor runs beside otelgrpc given propagation.ExceptBaggage, or
+// an HTTP server span otelhttp starts in front of httpsession.Handler, when
+// the policy accepts the session afterwards (grpcsession.WithOnAccept,
+// httpsession.WithOnAccept; a grpcsession.Edge decides before otelgrpc
+// starts the span, which then needs no Annotate). It records the same fields as
 // OnStart. Attributes already on the span
 // under the same keys are replaced; a field the session does not hold
 // leaves its attribute, if any, as it was.

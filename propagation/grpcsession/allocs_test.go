@@ -65,6 +65,68 @@ func TestInterceptorAllocationBudget(t *testing.T) {
 	}
 }
 
+// Allocation budgets of the Edge's steps, the configuration the package
+// recommends, whole: otelgrpc's part (its copy of the metadata, its carrier)
+// with the Edge's propagator, and the Edge's interceptor
+// (BenchmarkSteps' otelgrpc_given_edge_propagator rows), against raw
+// otelgrpc's own step carrying the same session (the otelgrpc rows).
+func TestEdgeAllocationBudget(t *testing.T) {
+	session := otelsession.Bind(bound(), benchSession)
+	md := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
+	w3c.Inject(session, otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	pr := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50000}}
+	incoming := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+	otelExtract := func(ctx context.Context, prop otelprop.TextMapPropagator) context.Context {
+		m, _ := metadata.FromIncomingContext(ctx)
+		return prop.Extract(ctx, otelgrpcSupplier{m})
+	}
+	otelInject := func(ctx context.Context, prop otelprop.TextMapPropagator) context.Context {
+		m, ok := metadata.FromOutgoingContext(ctx)
+		if !ok {
+			m = metadata.MD{}
+		}
+		prop.Inject(ctx, otelgrpcSupplier{m})
+		return metadata.NewOutgoingContext(ctx, m)
+	}
+
+	edge := grpcsession.New(grpcsession.WithPropagator(w3c), grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())),
+		grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+	server, prop := edge.UnaryServerInterceptor(), edge.Propagator()
+	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+	var got context.Context
+	handler := func(ctx context.Context, _ any) (any, error) { got = ctx; return nil, nil }
+	raw := testing.AllocsPerRun(100, func() { got = otelExtract(incoming, w3c) })
+	n := testing.AllocsPerRun(100, func() { _, _ = server(otelExtract(incoming, prop), nil, info, handler) })
+	if _, st := otelsession.Lookup(got, otelsession.FieldPlatform); st != otelsession.Set {
+		t.Fatal("the Edge did not accept the session")
+	}
+	t.Logf("server: raw otelgrpc %.0f allocations per call, with the Edge %.0f", raw, n)
+	if n-raw > edgeServerOverRaw {
+		t.Errorf("the Edge's server step allocates %.0f times more than raw otelgrpc's, budget %d", n-raw, edgeServerOverRaw)
+	}
+
+	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := edge.UnaryClientInterceptor()
+	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		got = otelInject(ctx, prop)
+		return nil
+	}
+	_ = client(session, info.FullMethod, nil, nil, conn, invoker) // the first call on the connection
+	raw = testing.AllocsPerRun(100, func() { got = otelInject(session, w3c) })
+	n = testing.AllocsPerRun(100, func() { _ = client(session, info.FullMethod, nil, nil, conn, invoker) })
+	if m, _ := metadata.FromOutgoingContext(got); len(m.Get("baggage")) != 1 || len(m.Get("traceparent")) != 1 {
+		t.Fatalf("the Edge's client step wrote %d baggage and %d traceparent lines, want 1 each", len(m.Get("baggage")), len(m.Get("traceparent")))
+	}
+	t.Logf("client: raw otelgrpc %.0f allocations per call, with the Edge %.0f", raw, n)
+	if n-raw > edgeClientOverRaw {
+		t.Errorf("the Edge's client step allocates %.0f times more than raw otelgrpc's, budget %d", n-raw, edgeClientOverRaw)
+	}
+}
+
 // The budgets: what the steps allocated when they were set (2026-12-03,
 // grpc v1.85.0, otel v1.47.0), for a full session and one application
 // member. Most of them are OpenTelemetry's (parsing and writing the
@@ -73,4 +135,11 @@ func TestInterceptorAllocationBudget(t *testing.T) {
 const (
 	serverBudget = 45
 	clientBudget = 30
+	// The Edge over raw otelgrpc. Server: the verdict and the context
+	// value holding it, the count of baggage lines, and the handler's
+	// context set to the judged baggage. Client: what the interceptor tells
+	// the propagator (the call and the context value holding it) and the
+	// destination's URL.
+	edgeServerOverRaw = 5
+	edgeClientOverRaw = 3
 )

@@ -55,6 +55,10 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //   - grpcsession/on/otelgrpc-except-baggage: the same, with otelgrpc given
 //     ExceptBaggage(w3c), so that the baggage is extracted and injected
 //     once, by the interceptors (the configuration the package recommends);
+//   - grpcsession/on/edge: the same through an Edge, otelgrpc given the
+//     Edge's propagator on both sides, so that the policy runs inside
+//     otelgrpc's own propagation step (the configuration the package
+//     recommends);
 //   - grpcsession/signed: the client signs every call, the server, trusting
 //     no peer, verifies the signature.
 //
@@ -85,6 +89,7 @@ func BenchmarkUnary(b *testing.B) {
 		client       []grpcsession.Option
 		policy, want bool
 		exceptBag    bool // otelgrpc propagates all but the baggage; the interceptors carry it
+		edge         bool // an Edge: otelgrpc runs its propagator
 	}{
 		{name: "otelgrpc/off", ctx: context.Background()},
 		{name: "otelgrpc/on", ctx: withSession, want: true},
@@ -93,6 +98,9 @@ func BenchmarkUnary(b *testing.B) {
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/otelgrpc-except-baggage", ctx: withSession, policy: true, want: true, exceptBag: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
+		{name: "grpcsession/on/edge", ctx: withSession, policy: true, want: true, edge: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/signed", ctx: withSession, policy: true, want: true,
@@ -107,7 +115,13 @@ func BenchmarkUnary(b *testing.B) {
 			serverOpts := []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelOpts...))}
 			dialOpts := []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOpts...)),
 				grpc.WithTransportCredentials(insecure.NewCredentials())}
-			if c.policy {
+			switch {
+			case c.edge:
+				server, client := grpcsession.New(append(c.server, grpcsession.WithPropagator(w3c))...), grpcsession.New(append(c.client, grpcsession.WithPropagator(w3c))...)
+				serverOpts = append(server.ServerOptions(), grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(server.Propagator()))))
+				dialOpts = append(client.DialOptions(), grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(client.Propagator()))),
+					grpc.WithTransportCredentials(insecure.NewCredentials()))
+			case c.policy:
 				serverOpts = append(serverOpts, grpcsession.ServerOptions(append(c.server, grpcsession.WithPropagator(w3c))...)...)
 				dialOpts = append(dialOpts, grpcsession.DialOptions(append(c.client, grpcsession.WithPropagator(w3c))...)...)
 			}
@@ -159,7 +173,13 @@ func BenchmarkUnary(b *testing.B) {
 //     allowing the target) carries the baggage, once each way;
 //   - otelgrpc_given_W3C_too+policy: the interceptor beside otelgrpc given
 //     the full W3C propagator, so that the baggage is parsed (server) or
-//     written (client) twice: what the recommendation avoids.
+//     written (client) twice: what the recommendation avoids;
+//   - otelgrpc_given_edge_propagator: an Edge, the configuration the package
+//     recommends: otelgrpc runs the Edge's propagator, which applies the
+//     policy where otelgrpc extracts (server) or injects (client), and the
+//     Edge's interceptor acts on the verdict (server) or names the
+//     destination (client, on a connection where it has seen the
+//     propagator run).
 //
 // Run it with
 //
@@ -214,6 +234,22 @@ func BenchmarkSteps(b *testing.B) {
 			}
 		})
 	}
+	b.Run("server/otelgrpc_given_edge_propagator", func(b *testing.B) {
+		edge := grpcsession.New(grpcsession.WithPropagator(w3c),
+			grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+		interceptor, prop := edge.UnaryServerInterceptor(), edge.Propagator()
+		b.ReportAllocs()
+		stop := benchcpu.Time(b)
+		for b.Loop() {
+			if _, err := interceptor(otelExtract(incoming, prop), nil, info, handler); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stop()
+		if got := otelsession.FromContext(sink); got != sent {
+			b.Fatalf("the handler saw %+v, want the session sent", got)
+		}
+	})
 
 	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -258,15 +294,44 @@ func BenchmarkSteps(b *testing.B) {
 				}
 			}
 			stop()
-			// What goes on the wire: the session once, as the raw path sends it.
-			m, _ := metadata.FromOutgoingContext(sink)
-			got := otelsession.FromContext(w3c.Extract(context.Background(), grpcsession.MetadataCarrier(m)))
-			if got != sent || len(m.Get("baggage")) != 1 {
-				b.Fatalf("the call carries %d baggage lines and the session %+v, want one line with the session sent", len(m.Get("baggage")), got)
-			}
+			checkSent(b, sink, sent)
 		})
 	}
+	b.Run("client/otelgrpc_given_edge_propagator", func(b *testing.B) {
+		edge := grpcsession.New(grpcsession.WithPropagator(w3c),
+			grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll)))
+		interceptor, prop := edge.UnaryClientInterceptor(), edge.Propagator()
+		invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			sink = otelInject(ctx, prop)
+			return nil
+		}
+		// The first call on a connection shows the interceptor that
+		// otelgrpc runs the Edge's propagator; the loop measures the others.
+		if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		stop := benchcpu.Time(b)
+		for b.Loop() {
+			if err := interceptor(session, info.FullMethod, nil, nil, conn, invoker); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stop()
+		checkSent(b, sink, sent)
+	})
 	_ = sink
+}
+
+// checkSent fails b unless the outgoing context ctx carries the session
+// sent once, in one baggage line, as the raw path sends it.
+func checkSent(b *testing.B, ctx context.Context, sent otelsession.Session) {
+	b.Helper()
+	m, _ := metadata.FromOutgoingContext(ctx)
+	got := otelsession.FromContext(w3c.Extract(context.Background(), grpcsession.MetadataCarrier(m)))
+	if got != sent || len(m.Get("baggage")) != 1 || len(m.Get("traceparent")) != 1 {
+		b.Fatalf("the call carries %d baggage lines and the session %+v, want one line with the session sent", len(m.Get("baggage")), got)
+	}
 }
 
 // otelgrpcSupplier is otelgrpc's own carrier (metadataSupplier, unexported),

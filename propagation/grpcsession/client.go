@@ -155,22 +155,32 @@ func (c *config) destOf(cc *grpc.ClientConn, method string) propagation.Dest {
 	// "dns:///host:port" target that is a url.Parse), not per call.
 	t := c.lastTarget.Load()
 	if t == nil || t.target != target {
-		t = &targetNames{target: target, authority: targetAuthority(target)}
-		t.name = t.authority
-		if h, _, err := net.SplitHostPort(t.authority); err == nil {
-			t.name = h
-		}
+		n := namesOf(target)
+		t = &n
 		c.lastTarget.Store(t)
 	}
+	return t.dest(method)
+}
+
+// targetNames is what destOf works out from a connection's target.
+type targetNames struct{ target, authority, name string }
+
+func namesOf(target string) targetNames {
+	t := targetNames{target: target, authority: targetAuthority(target)}
+	t.name = t.authority
+	if h, _, err := net.SplitHostPort(t.authority); err == nil {
+		t.name = h
+	}
+	return t
+}
+
+func (t *targetNames) dest(method string) propagation.Dest {
 	return propagation.Dest{
 		Transport: propagation.TransportGRPC,
 		Name:      t.name,
 		URL:       &url.URL{Scheme: "grpc", Host: t.authority, Path: method},
 	}
 }
-
-// targetNames is what destOf works out from a connection's target.
-type targetNames struct{ target, authority, name string }
 
 // targetAuthority returns the host[:port] a gRPC target names:
 // "dns:///notify.internal:443" and "notify.internal:443" both name

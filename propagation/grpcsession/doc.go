@@ -1,7 +1,9 @@
 // Package grpcsession carries a session across gRPC calls: server
 // interceptors that apply the inbound trust policy to every unary call and
-// every stream, and client interceptors that send the session only to the
-// services an outbound policy names.
+// every stream, client interceptors that send the session only to the
+// services an outbound policy names, and (through an [Edge]) a propagator
+// for otelgrpc that runs those policies inside otelgrpc's own propagation
+// step.
 //
 // It owns the gRPC edge and nothing else. The policy itself (which peers are
 // trusted, which input is refused, where a session may go, signing) lives in
@@ -10,6 +12,40 @@
 // package otelsession. The wire format is ordinary W3C baggage in the
 // "baggage" metadata entry, so otelgrpc on the other side is enough to
 // receive and forward a session.
+//
+// # With otelgrpc: an Edge
+//
+// The recommended configuration: one [Edge] per program, its propagator
+// given to otelgrpc, its interceptors to gRPC, on both sides.
+//
+//	edge := grpcsession.New(
+//		grpcsession.WithInbound(propagation.NewInbound(grpcsession.TrustSANs("spiffe://prod/gateway"))),
+//		grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
+//			Prefixes: []string{"grpc://notify.internal:443/notify.v1.Notify/"}}))))
+//	tracing := otelgrpc.WithPropagators(edge.Propagator())
+//	srv := grpc.NewServer(append(edge.ServerOptions(),
+//		grpc.StatsHandler(otelgrpc.NewServerHandler(tracing)), grpc.Creds(serverTLS))...)
+//	conn, err := grpc.NewClient("notify.internal:443", append(edge.DialOptions(),
+//		grpc.WithStatsHandler(otelgrpc.NewClientHandler(tracing)), grpc.WithTransportCredentials(clientTLS))...)
+//
+// The policy then runs where otelgrpc extracts and injects: each call's
+// metadata is copied once, its trace context and baggage are parsed
+// (server) or written (client) once, and otelgrpc's server span starts from
+// the session the policy accepted, so a span processor that copies the
+// session onto spans (sessiontrace) puts the accepted one there, and never
+// a refused one. [Edge.Propagator] says what each half does without the
+// other: a server interceptor without a verdict judges the call itself; a
+// client interceptor carries the session itself on a connection whose
+// otelgrpc it has not seen run the propagator; the propagator without the
+// client interceptor sends no session. None of these sends a session the
+// policy did not allow or gives a handler's context one it did not accept,
+// provided otelgrpc is given the propagator as its whole propagator (see
+// [Edge.Propagator]).
+//
+// The sections below describe what is judged and sent; they hold for the
+// Edge and for the interceptors on their own (the package-level
+// [ServerOptions] and [DialOptions], with otelgrpc given [ExceptBaggage],
+// the configuration before the Edge, still supported).
 //
 // # Server
 //
@@ -65,7 +101,7 @@
 // session is signed per call. The default, without WithOutbound, sends no
 // session anywhere.
 //
-// # With otelgrpc
+// # Interceptors beside otelgrpc, without an Edge
 //
 // otelgrpc.NewServerHandler and otelgrpc.NewClientHandler are stats
 // handlers, and gRPC calls every stats handler around the interceptors,
@@ -85,7 +121,10 @@
 //
 // leaves the baggage to the interceptors and saves the second pass (see
 // BenchmarkUnary and the README); spans are parented as before, and the
-// program's other propagators keep working.
+// program's other propagators keep working. The interceptors still run as
+// a step of their own, after otelgrpc's: the server copies the incoming
+// metadata a second time, the client writes the trace context twice, which
+// an Edge avoids.
 //
 // otelgrpc starts the server span before the interceptor decides: given
 // ExceptBaggage it starts without a session, given the full propagator a
@@ -93,7 +132,8 @@
 // the one the client sent, accepted or not. [WithOnAccept] runs when a
 // session was accepted, with the server span current: with
 // sessiontrace's SpanProcessor.Annotate it puts the accepted session, and
-// only that, on the server span.
+// only that, on the server span. An Edge needs none of this: otelgrpc's
+// server span starts from the accepted session.
 //
 // The default propagator is otel.GetTextMapPropagator(), read per call, as
 // otelgrpc does. It is a no-op until the program calls

@@ -32,11 +32,60 @@ func (notify) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, er
 	return &testpb.Empty{}, nil
 }
 
-// A server that trusts the loopback network, beside otelgrpc (given
-// everything but the baggage), and a client
-// whose outbound policy lets the session go to one method of one service
-// at one address: the other method runs without it.
+// A server that trusts the loopback network and a client whose outbound
+// policy lets the session go to one method of one service at one address,
+// each an Edge whose propagator otelgrpc runs: the other method runs
+// without the session.
 func Example() {
+	// otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
+	//	propagation.TraceContext{}, propagation.Baggage{})) does this for a
+	// whole program; the example passes the propagator explicitly.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	inbound := propagation.NewInbound(propagation.TrustLoopback())
+	server := grpcsession.New(grpcsession.WithPropagator(w3c), grpcsession.WithInbound(inbound))
+	// otelgrpc runs the Edge's propagator: the policy decides where
+	// otelgrpc extracts, before it starts the server span.
+	srv := grpc.NewServer(append(server.ServerOptions(),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(server.Propagator()))))...)
+	testpb.RegisterTestServiceServer(srv, notify{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	addr := lis.Addr().String()
+	outbound := propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{
+		Prefixes: []string{"grpc://" + addr + "/grpc.testing.TestService/UnaryCall"}}))
+	client := grpcsession.New(grpcsession.WithPropagator(w3c), grpcsession.WithOutbound(outbound))
+	conn, err := grpc.NewClient(addr, append(client.DialOptions(),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(client.Propagator()))),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	c := testpb.NewTestServiceClient(conn)
+
+	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "-1001234567890"})
+	if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		fmt.Println(err)
+	}
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Printf("sent %d, withheld %d; accepted %d\n", outbound.Counts().Sent, outbound.Counts().Withheld, inbound.Counts().Accepted)
+	// Output:
+	// UnaryCall: chat "-1001234567890" (set)
+	// EmptyCall: chat "" (unset)
+	// sent 1, withheld 1; accepted 1
+}
+
+// The configuration before the Edge, still supported: the interceptors on
+// their own beside otelgrpc given everything but the baggage.
+func Example_exceptBaggage() {
 	// otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
 	//	propagation.TraceContext{}, propagation.Baggage{})) does this for a
 	// whole program; the example passes the propagator explicitly.

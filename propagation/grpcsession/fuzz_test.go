@@ -58,7 +58,9 @@ func incoming(raw string) metadata.MD {
 }
 
 // FuzzServerMetadata feeds arbitrary incoming metadata to the unary server
-// interceptor, whose policy trusts the peer when trusted is set and
+// interceptor and to an Edge (its propagator as otelgrpc's server handler
+// runs it, then its interceptor, which must agree with the interceptor
+// alone whenever no key is spelled twice), whose policy trusts the peer when trusted is set and
 // otherwise accepts only sessions signed with fuzzKey; the seeds hold one
 // signed session. Whatever the input:
 //   - without WithUnauthenticated the handler runs exactly once; with it,
@@ -106,64 +108,119 @@ func FuzzServerMetadata(f *testing.F) {
 		if trusted {
 			trust = propagation.TrustAll
 		}
+		md := incoming(raw)
+		// Two spellings of one key ("Baggage" beside "baggage") never come
+		// over the wire; gRPC's own copies keep either list. Only without
+		// them do the two paths see the same lines.
+		oneSpelling := true
+		lower := map[string]bool{}
+		for k := range md {
+			oneSpelling = oneSpelling && !lower[strings.ToLower(k)]
+			lower[strings.ToLower(k)] = true
+		}
 		for _, unauth := range []bool{false, true} {
 			opts := []Option{WithPropagator(w3c), WithInbound(propagation.NewInbound(trust, propagation.WithVerifier(verifier)))}
 			if unauth {
 				opts = append(opts, WithUnauthenticated())
 			}
-			interceptor := UnaryServerInterceptor(opts...)
-			ctx := peer.NewContext(metadata.NewIncomingContext(context.Background(), incoming(raw)), pr)
-			runs := 0
-			var seen map[otelsession.Field]string
-			var handlerCtx context.Context
-			_, err := interceptor(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
-				runs++
-				handlerCtx = ctx
-				seen = map[otelsession.Field]string{}
-				for _, fl := range otelsession.Fields() {
-					if v, st := otelsession.Lookup(ctx, fl); st != otelsession.Unset {
-						seen[fl] = v
-					}
+			var first map[otelsession.Field]string
+			var firstErr error
+			for _, edge := range []bool{false, true} {
+				interceptor := UnaryServerInterceptor(opts...)
+				ctx := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+				if edge {
+					// What otelgrpc's server handler does with the Edge's
+					// propagator, then the Edge's interceptor.
+					e := New(opts...)
+					interceptor = e.UnaryServerInterceptor()
+					m, _ := metadata.FromIncomingContext(ctx)
+					ctx = e.Propagator().Extract(ctx, otelgrpcCarrier{m})
 				}
-				return nil, nil
-			})
-			switch {
-			case !unauth && (runs != 1 || err != nil):
-				t.Fatalf("handler ran %d times, error %v", runs, err)
-			case unauth && runs == 1 && (err != nil || len(seen) == 0):
-				t.Fatalf("WithUnauthenticated ran the handler without a session (%v)", err)
-			case unauth && runs == 0 && err == nil:
-				t.Fatal("WithUnauthenticated neither ran the handler nor failed the call")
-			case runs == 0:
-				continue
-			}
-			if !trusted && len(seen) > 0 && !maps.Equal(seen, want) {
-				t.Fatalf("an untrusted peer's unsigned or forged session was accepted: %v", seen)
-			}
-			for fl, v := range seen {
-				if strings.ContainsAny(v, "\x00\r\n") || !utf8.ValidString(v) {
-					t.Fatalf("%s = %q", fl, v)
-				}
-			}
-			if len(seen) == 0 {
-				md, _ := metadata.FromIncomingContext(handlerCtx)
-				for k, vs := range md {
-					if strings.EqualFold(k, baggageBinKey) {
-						t.Fatalf("the handler can read %s: %q", k, vs)
-					}
-					if !strings.EqualFold(k, baggageKey) {
-						continue
-					}
-					for _, l := range vs {
-						b, _ := baggage.Parse(l)
-						for _, m := range b.Members() {
-							if otelsession.OwnedKey(m.Key()) {
-								t.Fatalf("the handler got no session but can read %q in its metadata", l)
-							}
+				runs := 0
+				var seen map[otelsession.Field]string
+				var handlerCtx context.Context
+				_, err := interceptor(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+					runs++
+					handlerCtx = ctx
+					seen = map[otelsession.Field]string{}
+					for _, fl := range otelsession.Fields() {
+						if v, st := otelsession.Lookup(ctx, fl); st != otelsession.Unset {
+							seen[fl] = v
 						}
 					}
+					return nil, nil
+				})
+				if !edge {
+					first, firstErr = seen, err
+				} else if oneSpelling && (!maps.Equal(seen, first) || (err == nil) != (firstErr == nil)) {
+					t.Fatalf("the Edge's propagator and interceptor gave %v (%v), the interceptor alone %v (%v)", seen, err, first, firstErr)
 				}
+				checkServerOutcome(t, runs, seen, handlerCtx, err, unauth, trusted, want)
 			}
 		}
 	})
+}
+
+// checkServerOutcome holds one call of FuzzServerMetadata to its rules.
+func checkServerOutcome(t *testing.T, runs int, seen map[otelsession.Field]string, handlerCtx context.Context, err error, unauth, trusted bool, want map[otelsession.Field]string) {
+	t.Helper()
+	switch {
+	case !unauth && (runs != 1 || err != nil):
+		t.Fatalf("handler ran %d times, error %v", runs, err)
+	case unauth && runs == 1 && (err != nil || len(seen) == 0):
+		t.Fatalf("WithUnauthenticated ran the handler without a session (%v)", err)
+	case unauth && runs == 0 && err == nil:
+		t.Fatal("WithUnauthenticated neither ran the handler nor failed the call")
+	case runs == 0:
+		return
+	}
+	if !trusted && len(seen) > 0 && !maps.Equal(seen, want) {
+		t.Fatalf("an untrusted peer's unsigned or forged session was accepted: %v", seen)
+	}
+	for fl, v := range seen {
+		if strings.ContainsAny(v, "\x00\r\n") || !utf8.ValidString(v) {
+			t.Fatalf("%s = %q", fl, v)
+		}
+	}
+	if len(seen) > 0 {
+		return
+	}
+	md, _ := metadata.FromIncomingContext(handlerCtx)
+	for k, vs := range md {
+		if strings.EqualFold(k, baggageBinKey) {
+			t.Fatalf("the handler can read %s: %q", k, vs)
+		}
+		if !strings.EqualFold(k, baggageKey) {
+			continue
+		}
+		for _, l := range vs {
+			b, _ := baggage.Parse(l)
+			for _, m := range b.Members() {
+				if otelsession.OwnedKey(m.Key()) {
+					t.Fatalf("the handler got no session but can read %q in its metadata", l)
+				}
+			}
+		}
+	}
+}
+
+// otelgrpcCarrier is otelgrpc's metadataSupplier: Get returns the first
+// value only, and there is no Values method.
+type otelgrpcCarrier struct{ md metadata.MD }
+
+func (s otelgrpcCarrier) Get(key string) string {
+	if v := s.md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (s otelgrpcCarrier) Set(key, value string) { s.md.Set(key, value) }
+
+func (s otelgrpcCarrier) Keys() []string {
+	out := make([]string, 0, len(s.md))
+	for k := range s.md {
+		out = append(out, k)
+	}
+	return out
 }

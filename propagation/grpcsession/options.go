@@ -9,7 +9,7 @@ import (
 	"github.com/sessionwire/sessionwire/propagation"
 )
 
-// Option configures the interceptors of this package. Server options are
+// Option configures an [Edge] or the interceptors of this package. Server options are
 // ignored by the client interceptors and the other way round, so one list
 // can configure both ends of a service that also calls others.
 type Option struct{ apply func(*config) }
@@ -22,6 +22,7 @@ type config struct {
 	onError         func(ctx context.Context, fullMethod string, err error)
 	onAccept        func(ctx context.Context, fullMethod string)
 	lastTarget      atomic.Pointer[targetNames] // the client's last target, worked out
+	edgeState
 }
 
 func newConfig(opts []Option) *config {
@@ -96,7 +97,9 @@ func WithOnError(fn func(ctx context.Context, fullMethod string, err error)) Opt
 // handler's context of every call (unary, or a stream when it opens) whose
 // session the policy accepted.
 //
-// Its use is the server span. otelgrpc's stats handler starts that span
+// Its use is the server span when otelgrpc runs without an [Edge]'s
+// propagator (with it, the span starts from the accepted session and
+// needs none of this). otelgrpc's stats handler starts that span
 // before any interceptor runs, from the metadata as it arrived: given
 // [ExceptBaggage], the span starts without a session; given the full
 // propagator, a span processor that copies the session onto spans

@@ -32,7 +32,10 @@ import (
 // fields without "baggage".
 //
 // Use it only beside the interceptors: on its own, it sends and receives no
-// baggage, and so no session.
+// baggage, and so no session. An [Edge] does better: its propagator, given
+// to otelgrpc instead of ExceptBaggage, runs the policies inside otelgrpc's
+// propagation step, so the metadata is copied and the trace context written
+// once, and otelgrpc's server span starts from the accepted session.
 func ExceptBaggage(p otelprop.TextMapPropagator) otelprop.TextMapPropagator {
 	return exceptBaggage{p: p}
 }

@@ -45,7 +45,10 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 // other. See [StreamServerInterceptor] for streams and the package
 // documentation for what is judged.
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
-	c := newConfig(opts)
+	return newConfig(opts).unaryServer()
+}
+
+func (c *config) unaryServer() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, err := c.serverContext(ctx, info.FullMethod)
 		if err != nil {
@@ -59,7 +62,10 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 // it opens: the stream's Context, seen by the handler and every message it
 // handles for the life of the stream, carries the session of the call.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
-	c := newConfig(opts)
+	return newConfig(opts).streamServer()
+}
+
+func (c *config) streamServer() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, err := c.serverContext(ss.Context(), info.FullMethod)
 		if err != nil {
@@ -85,6 +91,9 @@ var errUnauthenticated = status.Error(codes.Unauthenticated,
 
 // serverContext is the whole server-side step for one call.
 func (c *config) serverContext(ctx context.Context, method string) (context.Context, error) {
+	if v, ok := ctx.Value(verdictKey{}).(*verdict); ok && v.c == c {
+		return c.actOn(ctx, v, method)
+	}
 	md, _ := metadata.FromIncomingContext(ctx) // a copy with lower-case keys
 	if md == nil {
 		md = metadata.MD{}
@@ -97,7 +106,11 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// is not read at all.
 		binErr = fmt.Errorf("extract session from grpc: %s entry: %w", baggageBinKey, propagation.ErrMalformedMember)
 	}
-	pr := peerOf(ctx, md)
+	var authority string
+	if a := md[":authority"]; len(a) > 0 {
+		authority = a[0]
+	}
+	pr := peerOf(ctx, authority)
 	lines := carrier.Values(baggageKey)
 	extractFrom := otelprop.TextMapCarrier(carrier)
 	switch {
@@ -150,6 +163,11 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// that were judged.
 		out = metadata.NewIncomingContext(out, md)
 	}
+	return c.finish(out, method, err, hasSession)
+}
+
+// finish runs the options that act on the verdict.
+func (c *config) finish(out context.Context, method string, err error, hasSession bool) (context.Context, error) {
 	if err != nil && c.onError != nil {
 		c.onError(out, method, err)
 	}
@@ -160,6 +178,37 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		c.onAccept(out, method)
 	}
 	return out, nil
+}
+
+// actOn is the server step for a call the Edge's propagator already judged
+// in otelgrpc's handler: the verdict is acted on, nothing is extracted again.
+func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.Context, error) {
+	out := ctx
+	if v.bag.Len() > 0 || baggage.FromContext(ctx).Len() > 0 {
+		// The handler's baggage is the one judged, whatever a stats handler
+		// registered after otelgrpc's may have put in the context since.
+		out = baggage.ContextWithBaggage(ctx, v.bag)
+	}
+	hasSession := propagation.HasSession(v.bag)
+	offered := !hasSession && mentionsSession(v.lines)
+	if span := trace.SpanFromContext(out); v.err != nil {
+		sessionevent.Refused(span, v.err)
+	} else if offered {
+		sessionevent.StrippedIfOffered(span, v.bag, v.lines, v.peer)
+	}
+	if offered {
+		// As in serverContext: nothing behind the interceptor revives a
+		// refused session from the metadata.
+		md, _ := metadata.FromIncomingContext(out)
+		if md == nil {
+			md = metadata.MD{}
+		}
+		carrier := newCallMD(md)
+		carrier.Delete(baggageKey)
+		otelprop.Baggage{}.Inject(out, carrier)
+		out = metadata.NewIncomingContext(out, md)
+	}
+	return c.finish(out, method, v.err, hasSession)
 }
 
 // oneBaggageLine is a carrier with a single baggage line, without a Values
@@ -176,7 +225,7 @@ func (o oneBaggageLine) Keys() []string        { return o.c.Keys() }
 // name the verified client certificate's first URI SAN or DNS SAN when the
 // connection is TLS with a verified client certificate, else the
 // :authority the client addressed.
-func peerOf(ctx context.Context, md metadata.MD) propagation.Peer {
+func peerOf(ctx context.Context, authority string) propagation.Peer {
 	p := propagation.Peer{Transport: propagation.TransportGRPC}
 	if pr, ok := peer.FromContext(ctx); ok {
 		p.Addr = addrOf(pr.Addr)
@@ -185,9 +234,7 @@ func peerOf(ctx context.Context, md metadata.MD) propagation.Peer {
 		}
 	}
 	if p.Name == "" {
-		if a := md[":authority"]; len(a) > 0 {
-			p.Name = a[0]
-		}
+		p.Name = authority
 	}
 	return p
 }

@@ -32,8 +32,10 @@ var spanSession = sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: 
 // Annotate puts the session of ctx on the span current in ctx, redacted as
 // the providers of this package redact it. It is for a span started before
 // its session was decided, and has the signature of
-// grpcsession.WithOnAccept's function: otelgrpc's server span, once the
-// policy accepted the call's session.
+// grpcsession.WithOnAccept's function: otelgrpc's server span given
+// grpcsession.ExceptBaggage, once the policy accepted the call's session.
+// (With a grpcsession.Edge, that span starts from the accepted session and
+// needs no Annotate.)
 func Annotate(ctx context.Context, _ string) {
 	spanSession.Annotate(ctx, trace.SpanFromContext(ctx))
 }

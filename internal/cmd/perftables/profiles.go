@@ -76,23 +76,27 @@ var profiles = []profile{
 		},
 	},
 	{
-		file: "grpc_server_steps.txt", title: "the gRPC server step, recommended configuration (otelgrpc given ExceptBaggage, then the interceptor)",
-		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^server$/^otelgrpc_except_baggage\+policy$`,
-		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.serverContext$`,
+		file: "grpc_server_steps.txt", title: "the gRPC server step, recommended configuration (otelgrpc given the Edge's propagator, then the Edge's interceptor)",
+		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^server$/^otelgrpc_given_edge_propagator$`,
+		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession_test\.BenchmarkSteps\.func\d+$`, // the step's loop
 		parts: []part{
-			{"Inbound.Extract", `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`},
+			{"the Edge's propagator, inside otelgrpc's extraction", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.edgePropagator\.Extract$`},
+			{"  of which Inbound.Extract", `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`},
 			{"  of which OpenTelemetry's baggage.Parse (as in raw otelgrpc)", `^go.opentelemetry.io/otel/baggage\.Parse$`},
 			{"  of which the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
-			{"gRPC's second copy of the incoming metadata", `^google.golang.org/grpc/metadata\.FromIncomingContext$`},
+			{"otelgrpc's copy of the incoming metadata (as in raw otelgrpc)", `^google.golang.org/grpc/metadata\.FromIncomingContext$`},
+			{"the Edge's interceptor acting on the verdict", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.actOn$`},
 		},
 	},
 	{
-		file: "grpc_client_steps.txt", title: "the gRPC client step, recommended configuration (the interceptor, then otelgrpc given ExceptBaggage)",
-		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^client$/^otelgrpc_except_baggage\+policy$`,
-		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.UnaryClientInterceptor\.func1$`,
+		file: "grpc_client_steps.txt", title: "the gRPC client step, recommended configuration (the Edge's interceptor, then otelgrpc given the Edge's propagator)",
+		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^client$/^otelgrpc_given_edge_propagator$`,
+		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.edgeCall$`,
 		parts: []part{
-			{"the propagators writing metadata (the policy's baggage and traceparent, then otelgrpc's traceparent again)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
-			{"gRPC copying the outgoing metadata", `^google.golang.org/grpc/metadata\.FromOutgoingContext$`},
+			{"the outbound policy, inside otelgrpc's injection", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`},
+			{"  of which the propagators writing traceparent and baggage, once", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
+			{"otelgrpc's copy of the outgoing metadata (as in raw otelgrpc)", `^google.golang.org/grpc/metadata\.FromOutgoingContext$`},
+			{"the interceptor naming the destination", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*connState\)\.dest$`},
 		},
 	},
 	{
