@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 )
 
 // ExceptBaggage returns a propagator that does what p does except carry
@@ -55,42 +57,11 @@ func (e exceptBaggage) Inject(ctx context.Context, carrier otelprop.TextMapCarri
 }
 
 func (e exceptBaggage) Extract(ctx context.Context, carrier otelprop.TextMapCarrier) context.Context {
-	return e.prop().Extract(ctx, hideBaggage{carrier})
+	return e.prop().Extract(ctx, carrierwrap.HideBaggage{C: carrier})
 }
 
 func (e exceptBaggage) Fields() []string {
 	return slices.DeleteFunc(slices.Clone(e.prop().Fields()), func(f string) bool {
 		return strings.EqualFold(f, baggageHeader)
 	})
-}
-
-// hideBaggage is a carrier without its "baggage" entry, for extraction,
-// through every method a propagator may read it with. Its Values reads the
-// carrier's own Values when it has one, else Get.
-type hideBaggage struct{ c otelprop.TextMapCarrier }
-
-func (h hideBaggage) Get(key string) string {
-	if strings.EqualFold(key, baggageHeader) {
-		return ""
-	}
-	return h.c.Get(key)
-}
-
-func (h hideBaggage) Values(key string) []string {
-	if strings.EqualFold(key, baggageHeader) {
-		return nil
-	}
-	if vg, ok := h.c.(otelprop.ValuesGetter); ok {
-		return vg.Values(key)
-	}
-	if v := h.c.Get(key); v != "" {
-		return []string{v}
-	}
-	return nil
-}
-
-func (h hideBaggage) Set(key, value string) { h.c.Set(key, value) }
-
-func (h hideBaggage) Keys() []string {
-	return slices.DeleteFunc(slices.Clone(h.c.Keys()), func(k string) bool { return strings.EqualFold(k, baggageHeader) })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 )
 
 // Errors of the inbound path. Each wraps into the error [Inbound.Extract]
@@ -229,7 +230,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	case otelprop.ValuesGetter:
 		raw = c.Values(baggageHeader)
 		if s, ok := carrier.(singleValuer); ok && len(raw) == 1 && s.SingleValued() {
-			extractFrom = withoutValues{carrier}
+			extractFrom = carrierwrap.WithoutValues{C: carrier}
 		}
 	default:
 		if v := carrier.Get(baggageHeader); v != "" {
@@ -298,20 +299,8 @@ func singleValued(h otelprop.HeaderCarrier) bool {
 // has more than one value (the queue transports' carriers can).
 type singleValuer interface{ SingleValued() bool }
 
-// withoutValues is a carrier whose keys have one value each, without its
-// Values method. Given a carrier with one (otelprop.ValuesGetter), the W3C
-// baggage propagator parses every baggage line and then builds the baggage
-// again from their members, which doubles the cost of the most expensive
-// step of every inbound message; given one line without Values, it parses
-// it once, into the same baggage. Where no key has a second value, Get
-// reads exactly what Values would, so no propagator can tell the difference.
-type withoutValues struct{ c otelprop.TextMapCarrier }
-
-func (w withoutValues) Get(key string) string { return w.c.Get(key) }
-func (w withoutValues) Set(key, value string) { w.c.Set(key, value) }
-func (w withoutValues) Keys() []string        { return w.c.Keys() }
-
-// headerWithoutValues is withoutValues for an http.Header.
+// headerWithoutValues is carrierwrap.WithoutValues for an http.Header, in
+// a type of its own: a map fits in an interface without allocating.
 type headerWithoutValues struct{ h otelprop.HeaderCarrier }
 
 func (w headerWithoutValues) Get(key string) string { return w.h.Get(key) }

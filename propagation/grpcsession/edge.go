@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 )
 
 // Edge is a program's gRPC edge for sessions: the server and client
@@ -186,22 +187,16 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		// Several lines, a binary entry, or a carrier that does not hold
 		// the call's metadata: the interceptors judge it, as without this
 		// propagator.
-		return exceptBaggage{c.prop}.Extract(ctx, carrier)
+		return c.except.Extract(ctx, carrier)
 	}
 	pr := peerOf(ctx, carrier.Get(":authority"))
 	from := carrier
 	if _, ok := carrier.(otelprop.ValuesGetter); ok {
-		from = withoutValues{carrier} // one line: parse it once
+		from = carrierwrap.WithoutValues{C: carrier} // one line: parse it once
 	}
 	out, err := c.inbound.Extract(ctx, c.propagator(), from, pr)
 	return context.WithValue(out, verdictKey{}, &verdict{c: c, err: err, bag: baggage.FromContext(out), lines: lines, peer: pr})
 }
-
-type withoutValues struct{ c otelprop.TextMapCarrier }
-
-func (w withoutValues) Get(key string) string { return w.c.Get(key) }
-func (w withoutValues) Set(key, value string) { w.c.Set(key, value) }
-func (w withoutValues) Keys() []string        { return w.c.Keys() }
 
 // clientCall is what the Edge's client interceptor tells its propagator
 // about one call.
@@ -224,7 +219,7 @@ func (p edgePropagator) Inject(ctx context.Context, carrier otelprop.TextMapCarr
 	}
 	call.ran.Store(true)
 	if call.written {
-		exceptBaggage{c.prop}.Inject(ctx, carrier)
+		c.except.Inject(ctx, carrier)
 		return
 	}
 	if err := c.outbound.Inject(ctx, c.propagator(), carrier, call.d); err != nil {

@@ -16,6 +16,7 @@ type Option struct{ apply func(*config) }
 
 type config struct {
 	prop            otelprop.TextMapPropagator
+	except          otelprop.TextMapPropagator // prop without baggage
 	inbound         *propagation.Inbound
 	outbound        *propagation.Outbound
 	unauthenticated bool
@@ -35,6 +36,7 @@ func newConfig(opts []Option) *config {
 	if c.inbound == nil {
 		c.inbound = propagation.NewInbound(nil)
 	}
+	c.except = propagation.ExceptBaggage(c.prop) // built once: boxing it per call would allocate
 	return c
 }
 

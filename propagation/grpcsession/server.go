@@ -20,6 +20,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
@@ -115,7 +116,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	extractFrom := otelprop.TextMapCarrier(carrier)
 	switch {
 	case binErr != nil:
-		extractFrom = hideBaggage{carrier}
+		extractFrom = carrierwrap.HideBaggage{C: carrier}
 	case len(lines) == 1:
 		extractFrom = oneBaggageLine{carrier}
 	}
