@@ -141,16 +141,18 @@ func startFlow(ctx context.Context, storeDir string, sum *demotrace.Summary) (_ 
 	if err != nil {
 		return nil, err
 	}
-	// The same service over gRPC: grpcsession's interceptors judge the
-	// session, otelgrpc (given everything but the baggage) traces the call,
-	// and the accepted session goes on its server span.
+	// The same service over gRPC, through a grpcsession Edge on each side:
+	// otelgrpc traces the call and runs the Edge's propagator, so the policy
+	// judges the session where otelgrpc extracts it, and otelgrpc's server
+	// span starts from the session the policy accepted.
 	grpcAddr, err := f.serveGRPC(tp["downstream-grpc"])
 	if err != nil {
 		return nil, err
 	}
-	if f.grpcConn, err = grpc.NewClient(grpcAddr, append(grpcsession.DialOptions(grpcsession.WithOutbound(
-		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Prefixes: []string{"grpc://" + grpcAddr + "/" + threadrpc.Service + "/"}})))),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp["worker"]), otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))),
+	down := grpcsession.New(grpcsession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Prefixes: []string{"grpc://" + grpcAddr + "/" + threadrpc.Service + "/"}}))))
+	if f.grpcConn, err = grpc.NewClient(grpcAddr, append(down.DialOptions(),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp["worker"]), otelgrpc.WithPropagators(down.Propagator()))),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))...); err != nil {
 		return nil, fmt.Errorf("connect to the gRPC downstream: %w", err)
 	}
@@ -194,10 +196,9 @@ func (f *flow) serveGRPC(tp *sdktrace.TracerProvider) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listen on loopback: %w", err)
 	}
-	f.grpcSrv = grpc.NewServer(append(grpcsession.ServerOptions(
-		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())),
-		grpcsession.WithOnAccept(demotrace.Annotate)),
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(grpcsession.ExceptBaggage(nil)))))...)
+	edge := grpcsession.New(grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+	f.grpcSrv = grpc.NewServer(append(edge.ServerOptions(),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(edge.Propagator()))))...)
 	threadrpc.Register(f.grpcSrv, grpcDownstream{f})
 	go func() { _ = f.grpcSrv.Serve(ln) }()
 	return ln.Addr().String(), nil

@@ -255,8 +255,8 @@ func TestJaegerFindsOneMessageByThread(t *testing.T) {
 		assert.True(t, services[svc], "no span of %s carries the session", svc)
 	}
 	// The gRPC hop: otelgrpc's client span in the worker and its server span
-	// in the gRPC service, which started before the policy accepted the
-	// session (grpcsession.WithOnAccept put it there).
+	// in the gRPC service, which otelgrpc started from the session the
+	// Edge's policy accepted in otelgrpc's own propagation step.
 	grpcSpans := map[string]string{}
 	for _, s := range turn.Spans {
 		if s.OperationName != strings.TrimPrefix(threadrpc.Method, "/") {

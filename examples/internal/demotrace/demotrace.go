@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession/sessiontrace"
 )
@@ -26,19 +25,8 @@ import (
 var hashKey = []byte("sessionwire-demo-key, not a secret")
 
 // spanSession puts the session on every span of every provider of this
-// package, and on the spans Annotate is given.
+// package.
 var spanSession = sessiontrace.NewSpanProcessor(sessiontrace.Redaction{HashKey: hashKey})
-
-// Annotate puts the session of ctx on the span current in ctx, redacted as
-// the providers of this package redact it. It is for a span started before
-// its session was decided, and has the signature of
-// grpcsession.WithOnAccept's function: otelgrpc's server span given
-// grpcsession.ExceptBaggage, once the policy accepted the call's session.
-// (With a grpcsession.Edge, that span starts from the accepted session and
-// needs no Annotate.)
-func Annotate(ctx context.Context, _ string) {
-	spanSession.Annotate(ctx, trace.SpanFromContext(ctx))
-}
 
 // NewProvider returns a tracer provider for one role of a program: spans
 // carry the session and go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is
