@@ -93,7 +93,7 @@ var profiles = []profile{
 		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^client$/^otelgrpc_given_edge_propagator$`,
 		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.edgeCall$`,
 		parts: []part{
-			{"the outbound policy, inside otelgrpc's injection", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.InjectContext$`},
+			{"the outbound policy, inside otelgrpc's injection", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`},
 			{"  of which the propagators writing traceparent and baggage, once", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
 			{"otelgrpc's copy of the outgoing metadata (as in raw otelgrpc)", `^google.golang.org/grpc/metadata\.FromOutgoingContext$`},
 			{"the interceptor naming the destination", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*connState\)\.dest$`},
