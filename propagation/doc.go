@@ -56,6 +56,14 @@
 // freely. A Verifier holds several keys, so keys rotate without downtime.
 // See SECURITY.md at the repository root for the threat model.
 //
+// # Beside other instrumentation
+//
+// Instrumentation that propagates on its own beside a session edge (otelhttp
+// beside httpsession, otelgrpc beside grpcsession's interceptors) is given
+// [ExceptBaggage]: it carries the trace context and leaves the baggage to
+// the edge, so the session is parsed and written once, as the policy decides,
+// and a server span never starts from a session the policy has not judged.
+//
 // Each transport lives in its own sub-package, so a program imports only what
 // it uses: httpsession (server handler and client transport), grpcsession
 // (server and client interceptors, and a propagator for otelgrpc), natssession
