@@ -1,12 +1,14 @@
 package grpcsession
 
 import (
+	"maps"
 	"strings"
 
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
 )
 
 // MetadataCarrier adapts gRPC metadata to the OpenTelemetry propagators and
@@ -158,6 +160,18 @@ func (c *callMD) Set(key, value string) {
 }
 
 func (c *callMD) Keys() []string { return MetadataCarrier(c.md).Keys() }
+
+// SingleValued reports whether Values returns one value at most for every
+// key: no key has two values, and no two keys differ in case alone (Values
+// joins those). Get then reads exactly what Values would.
+func (c *callMD) SingleValued() bool {
+	for _, vs := range c.md {
+		if len(vs) > 1 {
+			return false
+		}
+	}
+	return c.plain || messaging.DistinctUnderFolding(maps.Keys(c.md))
+}
 
 func (c *callMD) Delete(key string) {
 	if lk, ok := c.fast(key); ok {

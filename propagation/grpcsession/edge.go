@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sessionwire/sessionwire/propagation"
-	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 )
 
 // Edge is a program's gRPC edge for sessions: the server and client
@@ -190,11 +189,9 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		return c.except.Extract(ctx, carrier)
 	}
 	pr := peerOf(ctx, carrier.Get(":authority"))
-	from := carrier
-	if _, ok := carrier.(otelprop.ValuesGetter); ok {
-		from = carrierwrap.WithoutValues{C: carrier} // one line: parse it once
-	}
-	out, err := c.inbound.Extract(ctx, c.propagator(), from, pr)
+	// otelgrpc's carrier has no Values method, so the W3C propagator parses
+	// the one line once; any other carrier is Inbound.Extract's to judge.
+	out, err := c.inbound.Extract(ctx, c.propagator(), carrier, pr)
 	return context.WithValue(out, verdictKey{}, &verdict{c: c, err: err, bag: baggage.FromContext(out), lines: lines, peer: pr})
 }
 
