@@ -20,13 +20,9 @@ import (
 
 var testKey = propagation.Key{ID: "k1", Secret: []byte("http test secret, at least 32 bytes")}
 
-// A signed session, sent through the client Transport with otelhttp in front
-// of it or behind it: a host the egress allowlist names receives the session
-// and its signature, and its Handler, which trusts no peer, accepts the
-// session on the signature; a host outside the allowlist receives neither a
-// session member nor the signature, even one other code already wrote into
-// the request's headers.
-func TestSignedSessionAndEgress(t *testing.T) {
+// signerAndVerifier returns a Signer and a Verifier of testKey.
+func signerAndVerifier(t *testing.T) (*propagation.Signer, *propagation.Verifier) {
+	t.Helper()
 	signer, err := propagation.NewSigner(testKey)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +31,17 @@ func TestSignedSessionAndEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return signer, verifier
+}
+
+// A signed session, sent through the client Transport with otelhttp in front
+// of it or behind it: a host the egress allowlist names receives the session
+// and its signature, and its Handler, which trusts no peer, accepts the
+// session on the signature; a host outside the allowlist receives neither a
+// session member nor the signature, even one other code already wrote into
+// the request's headers.
+func TestSignedSessionAndEgress(t *testing.T) {
+	signer, verifier := signerAndVerifier(t)
 	for _, serverOrder := range []string{"otelhttp(Handler(app))", "Handler(otelhttp(app))"} {
 		for _, clientOrder := range []string{"otelhttp(Transport)", "Transport{Base: otelhttp}"} {
 			t.Run(fmt.Sprintf("server=%s/client=%s", serverOrder, clientOrder), func(t *testing.T) {
@@ -128,14 +135,7 @@ func waitSite(t *testing.T, s *site) []string {
 // allowed host receives one baggage line with one signature, which its
 // Handler, trusting no peer, accepts.
 func TestTransportSignsAndWhatInjectsAgainKeepsTheSignature(t *testing.T) {
-	signer, err := propagation.NewSigner(testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := propagation.NewVerifier([]propagation.Key{testKey})
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer, verifier := signerAndVerifier(t)
 	for _, clientOrder := range []string{"otelhttp(Transport)", "Transport{Base: otelhttp}"} {
 		t.Run(clientOrder, func(t *testing.T) {
 			tp := sdktrace.NewTracerProvider()
