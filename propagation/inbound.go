@@ -242,13 +242,23 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	}
 	ctx = prop.Extract(ctx, extractFrom)
 
-	seen, err := scanSessionKeys(raw)
+	// With one baggage line that only OpenTelemetry's W3C propagator
+	// parsed (through Get: no Values method), the session members of the
+	// extracted baggage are exactly those of the line, decoded; the check
+	// then reads a plain value from the line instead of looking it up.
+	var written *writtenMembers
+	if len(raw) == 1 && !hasValues(extractFrom) {
+		if w3c, known := stockBaggage(prop, 0); w3c && known {
+			written = new(writtenMembers)
+		}
+	}
+	seen, err := scanSessionKeys(raw, written)
 	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
 		err = checkReencodedSize(raw)
 	}
 	var in inboundSession
 	if err == nil {
-		err = in.check(baggage.FromContext(ctx), seen, len(raw) == 0)
+		err = in.check(baggage.FromContext(ctx), seen, len(raw) == 0, written)
 	}
 	if err != nil {
 		p.n.rejected.Add(1)
@@ -293,6 +303,13 @@ func singleValued(h otelprop.HeaderCarrier) bool {
 		}
 	}
 	return true
+}
+
+// hasValues reports whether the W3C propagator reads every line of c
+// (otelprop.ValuesGetter) rather than the first (Get).
+func hasValues(c otelprop.TextMapCarrier) bool {
+	_, ok := c.(otelprop.ValuesGetter)
+	return ok
 }
 
 // singleValuer is a carrier with a Values method that can tell when no key
@@ -393,8 +410,9 @@ func reportOnce(err error) {
 // scanSessionKeys locates the session keys in the raw baggage headers, without
 // decoding them (the OTel parser does that), to catch what the parser would
 // silently resolve: total size over the limit, a session key given twice
-// (last-one-wins would pick one), a session member the parser drops.
-func scanSessionKeys(lines []string) (keySet, error) {
+// (last-one-wins would pick one), a session member the parser drops. When
+// written is not nil, it records what follows each session key it finds.
+func scanSessionKeys(lines []string, written *writtenMembers) (keySet, error) {
 	total := len(lines) - 1
 	for _, l := range lines {
 		total += len(l)
@@ -407,9 +425,27 @@ func scanSessionKeys(lines []string) (keySet, error) {
 	members := 0
 	for _, line := range lines {
 		for rest := line; rest != ""; {
-			var m string
-			m, rest, _ = strings.Cut(rest, ",")
-			key := memberKey(m)
+			// One pass over the member: its key (memberKey's), then a
+			// vectorised search for the comma that ends it.
+			end := 0
+			for end < len(rest) && rest[end] != '=' && rest[end] != ';' && rest[end] != ',' {
+				end++
+			}
+			next := end
+			if end < len(rest) && rest[end] != ',' {
+				if i := strings.IndexByte(rest[end:], ','); i >= 0 {
+					next += i
+				} else {
+					next = len(rest)
+				}
+			}
+			m := rest[:next]
+			if next < len(rest) {
+				rest = rest[next+1:]
+			} else {
+				rest = ""
+			}
+			key := trimSpace(m[:end])
 			if key != "" || strings.TrimSpace(m) != "" {
 				members++
 			}
@@ -427,12 +463,24 @@ func scanSessionKeys(lines []string) (keySet, error) {
 				errs = append(errs, fmt.Errorf("%s: %w", key, ErrDuplicateMember))
 			}
 			seen |= c.bit
+			if written != nil {
+				written.rest[c.idx], written.last = m[end:], c.idx
+			}
 		}
 	}
 	if members > otelsession.MaxBaggageMembers && seen != 0 {
 		errs = append(errs, fmt.Errorf("%d members, limit %d: %w", members, otelsession.MaxBaggageMembers, ErrBaggageTooLarge))
 	}
 	return seen, errors.Join(errs...)
+}
+
+// trimSpace is strings.TrimSpace, without its work for the common case of
+// a key that starts and ends with a printable ASCII byte.
+func trimSpace(s string) string {
+	if s != "" && s[0] > ' ' && s[0] < 0x7f && s[len(s)-1] > ' ' && s[len(s)-1] < 0x7f {
+		return s
+	}
+	return strings.TrimSpace(s)
 }
 
 // Bytes that are not UTF-8 become U+FFFD when the OTel parser decodes a
@@ -501,7 +549,11 @@ func fieldBit(f otelsession.Field) keySet { return 1 << f }
 type keyClass struct {
 	spec otelsession.Spec
 	bit  keySet
+	idx  uint8 // its slot in writtenMembers: the field, 0 for async, sigIdx
 }
+
+// sigIdx is the signature's slot in writtenMembers.
+const sigIdx = uint8(otelsession.NumFields + 1)
 
 func (c *keyClass) local() bool { return c.spec.Class == otelsession.ClassLocal }
 
@@ -509,7 +561,7 @@ func (c *keyClass) local() bool { return c.spec.Class == otelsession.ClassLocal 
 var fieldKeys = func() []keyClass {
 	var ks []keyClass
 	for _, f := range otelsession.Fields() {
-		ks = append(ks, keyClass{f.Spec(), fieldBit(f)})
+		ks = append(ks, keyClass{f.Spec(), fieldBit(f), uint8(f)})
 	}
 	return ks
 }()
@@ -523,11 +575,11 @@ var keysByLen = func() [][]keyClass {
 		c := keyClass{spec: s}
 		switch {
 		case s.Field != 0:
-			c.bit = fieldBit(s.Field)
+			c.bit, c.idx = fieldBit(s.Field), uint8(s.Field)
 		case s.Key == otelsession.AsyncDeliveryKey:
-			c.bit = asyncBit
+			c.bit, c.idx = asyncBit, 0
 		case s.Key == otelsession.SignatureKey:
-			c.bit = sigBit
+			c.bit, c.idx = sigBit, sigIdx
 		}
 		for len(t) <= len(s.Key) {
 			t = append(t, nil)
@@ -539,8 +591,24 @@ var keysByLen = func() [][]keyClass {
 
 // classify returns the row of key, nil when the table does not know it. It
 // runs for every member of every inbound header: it returns a pointer into
-// the table rather than a copy of the row.
+// the table rather than a copy of the row, and finds it with one comparison
+// of the whole key (see keyHash).
 func classify(key string) *keyClass {
+	const p = otelsession.KeyPrefix
+	if len(key) <= len(p) || key[:len(p)] != p {
+		return nil
+	}
+	if keyHashMul == 0 {
+		return classifySlow(key)
+	}
+	if c := keysByHash[keyHash(key, keyHashMul)]; c != nil && c.spec.Key == key {
+		return c
+	}
+	return nil
+}
+
+// classifySlow is classify by comparing key with every row of its length.
+func classifySlow(key string) *keyClass {
 	if len(key) >= len(keysByLen) {
 		return nil
 	}
@@ -552,6 +620,78 @@ func classify(key string) *keyClass {
 	}
 	return nil
 }
+
+// keyHash hashes a key that follows the prefix for keysByHash: its length,
+// the byte after the prefix and its last two bytes, which tell the table's
+// keys apart, mixed by a multiplier chosen at start (keysByHash).
+func keyHash(key string, mul uint32) uint8 {
+	n := len(key)
+	w := uint32(n)<<24 | uint32(key[len(otelsession.KeyPrefix)])<<16 | uint32(key[n-2])<<8 | uint32(key[n-1])
+	return uint8((w * mul) >> 24)
+}
+
+// keysByHash is every row of the wire-key table at its keyHash, with a
+// multiplier for which no two keys collide; keyHashMul is that multiplier.
+// Should no multiplier tried separate them (a table grown past what these
+// bytes tell apart), keyHashMul is 0 and classify compares keys of the same
+// length instead (TestClassifyFindsEveryKeyByHash fails first).
+var keysByHash, keyHashMul = func() (t [256]*keyClass, mul uint32) {
+	for mul = 0x9e3779b1; mul < 0x9e3779b1+1<<16; mul += 2 {
+		t = [256]*keyClass{}
+		ok := true
+		for _, row := range keysByLen {
+			for i := range row {
+				h := keyHash(row[i].spec.Key, mul)
+				if t[h] != nil {
+					ok = false
+					break
+				}
+				t[h] = &row[i]
+			}
+		}
+		if ok {
+			return t, mul
+		}
+	}
+	return [256]*keyClass{}, 0
+}()
+
+// writtenMembers is what the raw scan found after each session key of the
+// one baggage line the W3C propagator parsed ("=value", possibly with
+// properties), by keyClass.idx, and which session member came last.
+type writtenMembers struct {
+	rest [sigIdx + 1]string
+	last uint8
+}
+
+// plainValue returns the value OpenTelemetry's parser decodes from rest,
+// what follows a key in a raw member, when that needs no decoding at all:
+// "=" then, around white space the parser trims, only characters of a W3C
+// value other than "%" (so nothing to unescape, and valid UTF-8), and no
+// properties. ok is false for anything else, which the check looks up in
+// the extracted baggage instead.
+func plainValue(rest string) (v string, ok bool) {
+	if rest == "" || rest[0] != '=' {
+		return "", false
+	}
+	v = trimSpace(rest[1:])
+	for i := 0; i < len(v); i++ {
+		if !plainValueByte[v[i]] {
+			return "", false
+		}
+	}
+	return v, true
+}
+
+// plainValueByte holds the W3C baggage-octets (RFC 9110 tchar and the rest
+// of the W3C grammar: 0x21, 0x23-0x2B, 0x2D-0x3A, 0x3C-0x5B, 0x5D-0x7E),
+// "%" left out: a value made of them alone is its own decoding.
+var plainValueByte = func() (t [256]bool) {
+	for c := 0x21; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != ',' && c != ';' && c != '\\' && c != '%'
+	}
+	return t
+}()
 
 // inboundSession is what the policy read of the session in an extracted
 // baggage.
@@ -569,9 +709,28 @@ type inboundSession struct {
 // propagator read no raw baggage header (another format), the extracted
 // members are searched for strays in the session namespace instead. The
 // signature is judged later, once the session is known to be well formed.
-func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) error {
+//
+// written, when not nil, is the raw scan's record of the one line
+// OpenTelemetry's W3C propagator alone parsed into b (see Inbound.Extract).
+// A member whose written value is plain (plainValue) is then read from the
+// line: the parser keeps every valid member in order and stops only at its
+// limits, so once the member written last is found in b with the value
+// written, every plain session member before it is in b as written, and no
+// session member the line did not name can be (the context's own session
+// was Reset before the extraction). Should that member be missing or differ,
+// the check looks every member up, as without written.
+func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool, written *writtenMembers) error {
 	if b.Len() == 0 && seen == 0 {
 		return nil
+	}
+	if written != nil && seen != 0 {
+		last := written.keyOf(written.last)
+		m := b.Member(last)
+		if v, plain := plainValue(written.rest[written.last]); m.Key() == "" || plain && m.Value() != v {
+			written = nil
+		}
+	} else {
+		written = nil
 	}
 	var errs []error
 	known, n := 0, b.Len()
@@ -580,18 +739,18 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 	// looked up, only checked against what the raw headers held. A member
 	// left over (an application's own, or a session member another
 	// propagator of a composite extracted) sends the second pass through
-	// the rows the headers did not name.
+	// the rows the headers did not name; with written, there are none.
 	for pass := 0; pass < 2; pass++ {
+		if pass == 1 && written != nil {
+			break
+		}
 		for i := range fieldKeys {
 			c := &fieldKeys[i]
 			if (seen&c.bit != 0) != (pass == 0) {
 				continue
 			}
-			var m baggage.Member
-			if known < n {
-				m = b.Member(c.spec.Key)
-			}
-			if m.Key() == "" {
+			key, v, plain := in.member(b, c, seen, written, known < n)
+			if key == "" {
 				if seen&c.bit != 0 {
 					errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrMalformedMember))
 				}
@@ -604,8 +763,8 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 				errs = append(errs, fmt.Errorf("%s: %w", c.spec.Key, ErrLocalField))
 				continue
 			}
-			v := m.Value()
-			if v != otelsession.ClearedValue {
+			// A plain value is printable ASCII: only its length can be wrong.
+			if v != otelsession.ClearedValue && (!plain || len(v) > c.spec.MaxLen) {
 				switch nv, err := otelsession.ValidateValue(c.spec, v); {
 				case err == nil:
 				case errors.Is(err, ErrInvalidValue):
@@ -617,36 +776,28 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 			in.vals[signedPos[i]].v, in.vals[signedPos[i]].ok = v, true
 		}
 	}
-	var m baggage.Member
-	if known < n {
-		m = b.Member(otelsession.AsyncDeliveryKey)
-	}
-	switch {
-	case m.Key() == "":
+	switch key, v, _ := in.member(b, &asyncClass, seen, written, known < n); {
+	case key == "":
 		if seen&asyncBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrMalformedMember))
 		}
-	case m.Value() != "0":
+	case v != "0":
 		known++
 		in.present = true
 		errs = append(errs, fmt.Errorf("%s: %w", otelsession.AsyncDeliveryKey, ErrInvalidValue))
 	default:
 		known++
 		in.present = true
-		in.vals[asyncPos].v, in.vals[asyncPos].ok = m.Value(), true
+		in.vals[asyncPos].v, in.vals[asyncPos].ok = v, true
 	}
-	m = baggage.Member{}
-	if known < n {
-		m = b.Member(otelsession.SignatureKey)
-	}
-	switch {
-	case m.Key() == "":
+	switch key, v, _ := in.member(b, &sigClass, seen, written, known < n); {
+	case key == "":
 		if seen&sigBit != 0 {
 			errs = append(errs, fmt.Errorf("%s: %w", otelsession.SignatureKey, ErrMalformedMember))
 		}
 	default:
 		known++
-		in.present, in.hasSig, in.sig = true, true, m.Value()
+		in.present, in.hasSig, in.sig = true, true, v
 	}
 	if noRaw && n > known {
 		for _, m := range b.Members() {
@@ -658,6 +809,40 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool) erro
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// member returns the member of b for row c: read from the line when
+// written holds a plain value for it (plain), else looked up when lookup
+// (some member of b is not accounted for yet). key is "" for none.
+func (in *inboundSession) member(b baggage.Baggage, c *keyClass, seen keySet, written *writtenMembers, lookup bool) (key, value string, plain bool) {
+	if written != nil {
+		if seen&c.bit == 0 {
+			return "", "", false
+		}
+		if v, ok := plainValue(written.rest[c.idx]); ok {
+			return c.spec.Key, v, true
+		}
+	}
+	if !lookup {
+		return "", "", false
+	}
+	m := b.Member(c.spec.Key)
+	return m.Key(), m.Value(), false
+}
+
+// asyncClass and sigClass are the raw scan's rows of the async-delivery key
+// and the signature.
+var asyncClass, sigClass = *classify(otelsession.AsyncDeliveryKey), *classify(otelsession.SignatureKey)
+
+// keyOf returns the session key of slot idx.
+func (w *writtenMembers) keyOf(idx uint8) string {
+	switch idx {
+	case asyncClass.idx:
+		return otelsession.AsyncDeliveryKey
+	case sigIdx:
+		return otelsession.SignatureKey
+	}
+	return fieldKeys[idx-1].spec.Key
 }
 
 // fields is the session schema, read once.

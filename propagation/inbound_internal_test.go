@@ -1,0 +1,111 @@
+package propagation
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// FuzzCheckReadsTheLineAsTheParserDoes holds the check that reads plain
+// values from the raw line (Inbound.Extract's path for one line that only
+// the W3C propagator parsed) to the check that looks every member up in the
+// extracted baggage: for any line, and over a context that already holds
+// baggage of its own (what the propagator keeps when the line parses to
+// nothing), both reach the same verdict, the same values and the same
+// errors.
+//
+//	go test ./propagation -run '^$' -fuzz '^FuzzCheckReadsTheLineAsTheParserDoes$' -fuzztime 20s
+func FuzzCheckReadsTheLineAsTheParserDoes(f *testing.F) {
+	full := otelprop.MapCarrier{}
+	otelprop.Baggage{}.Inject(otelsession.Bind(context.Background(), otelsession.Session{
+		Platform: "telegram", ChatID: "-100123", ChatName: "Ops – EU", ThreadID: "17585", UserID: "u-42",
+		UserName: "Ana Lúcia", SessionKey: "agent:main:telegram:-100123:17585", MessageID: "88121",
+	}), full)
+	for _, seed := range []string{
+		full["baggage"],
+		full["baggage"] + ",app.tenant=acme",
+		"app.tenant=acme," + full["baggage"],
+		"session.chat_id=a,session.platform=slack",
+		"session.chat_id= a\t,session.platform=slack ",
+		"session.chat_id=a b",
+		"session.chat_id=\"a\"",
+		"session.chat_id=a\\b",
+		"session.chat_id=a;p=1",
+		"session.chat_id=a%20b",
+		"session.chat_id=%zz,session.platform=slack",
+		"session.chat_id=",
+		"session.chat_id",
+		"session.chat_id=a,session.chat_id=b",
+		"session.chat_id=" + strings.Repeat("c", 513),
+		"session.chat_name=" + strings.Repeat("c", 600),
+		"session.async_delivery=0,session.chat_id=a",
+		"session.async_delivery=1",
+		"session.chat_id=a,session.sig=v1.k1.1767225600.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+		"app.a=" + strings.Repeat("%FF", 2700) + ",session.chat_id=a",
+		"app.a=" + strings.Repeat("%FF", 1000) + ",session.chat_id=a,app.b=" + strings.Repeat("%FF", 1000) + ",session.platform=slack",
+		"k=%zz,session.chat_id=a",
+		"session.ui_session_id=x,session.chat_id=a",
+		"session.bogus=x,session.chat_id=a",
+	} {
+		f.Add(seed, false)
+		f.Add(seed, true)
+	}
+	parent, _ := baggage.Parse("app.x=1,app.y=2")
+	f.Fuzz(func(t *testing.T, line string, withParent bool) {
+		ctx := context.Background()
+		if withParent {
+			ctx = baggage.ContextWithBaggage(ctx, parent)
+		}
+		b := baggage.FromContext(otelprop.Baggage{}.Extract(ctx, otelprop.MapCarrier{"baggage": line}))
+		var written writtenMembers
+		seen, err := scanSessionKeys([]string{line}, &written)
+		seenSlow, errSlow := scanSessionKeys([]string{line}, nil)
+		if seen != seenSlow || fmt.Sprint(err) != fmt.Sprint(errSlow) {
+			t.Fatalf("the scan differs when it records the line: %b %v, %b %v", seen, err, seenSlow, errSlow)
+		}
+		if err != nil {
+			return // Inbound.Extract refuses it before any check
+		}
+		var fast, slow inboundSession
+		errFast := fast.check(b, seen, false, &written)
+		errSlow = slow.check(b, seen, false, nil)
+		if fmt.Sprint(errFast) != fmt.Sprint(errSlow) {
+			t.Fatalf("line %q: reading the line: %v; looking members up: %v", line, errFast, errSlow)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("line %q: reading the line: %+v; looking members up: %+v", line, fast, slow)
+		}
+	})
+}
+
+// TestClassifyFindsEveryKeyByHash holds the raw scan's table look-up to the
+// wire-key table: every key is found, by a hash that separates them all, and
+// nothing else is.
+func TestClassifyFindsEveryKeyByHash(t *testing.T) {
+	if keyHashMul == 0 {
+		t.Fatal("no multiplier separates the session keys: classify compares keys one by one; extend keyHash")
+	}
+	for _, s := range otelsession.Specs() {
+		c := classify(s.Key)
+		if c == nil || c.spec.Key != s.Key {
+			t.Fatalf("classify(%q) = %v", s.Key, c)
+		}
+		for _, other := range []string{s.Key + "x", s.Key[:len(s.Key)-1], strings.ToUpper(s.Key), "x" + s.Key[1:]} {
+			if c := classify(other); c != nil {
+				t.Fatalf("classify(%q) = %q", other, c.spec.Key)
+			}
+		}
+	}
+	for _, k := range []string{"", "session.", "session", "app.tenant", "session.chat_namf", "session.chat_typf"} {
+		if c := classify(k); c != nil {
+			t.Fatalf("classify(%q) = %q", k, c.spec.Key)
+		}
+	}
+}
