@@ -739,3 +739,60 @@ func TestInboundAsksACarrierWhetherItIsSingleValued(t *testing.T) {
 		})
 	}
 }
+
+// memberAdder is a propagator of another format that puts one member into
+// the extracted baggage, after whatever ran before it.
+type memberAdder struct{ key, value string }
+
+func (memberAdder) Inject(context.Context, otelprop.TextMapCarrier) {}
+func (memberAdder) Fields() []string                                { return nil }
+func (a memberAdder) Extract(ctx context.Context, _ otelprop.TextMapCarrier) context.Context {
+	m, err := baggage.NewMemberRaw(a.key, a.value)
+	if err != nil {
+		panic(err)
+	}
+	b, err := baggage.FromContext(ctx).SetMember(m)
+	if err != nil {
+		panic(err)
+	}
+	return baggage.ContextWithBaggage(ctx, b)
+}
+
+// The policy judges the session members the propagator extracted, not only
+// those of the baggage line: a propagator of another format beside the W3C
+// one that adds a member, or replaces one the line held, is judged on what
+// it put there, one baggage line or several, whatever the carrier.
+func TestInboundJudgesWhatAnotherPropagatorExtracted(t *testing.T) {
+	line := "session.platform=slack,session.chat_id=C1"
+	for _, tc := range []struct {
+		name    string
+		add     memberAdder
+		wantErr error
+		chat    string
+	}{
+		{"an invalid value the line did not name", memberAdder{"session.thread_id", "1\x002"}, propagation.ErrInvalidValue, ""},
+		{"a valid value the line did not name", memberAdder{"session.thread_id", "17"}, nil, "C1"},
+		{"the line's last member replaced", memberAdder{"session.chat_id", "C2"}, nil, "C2"},
+		{"the line's first member replaced by an invalid value", memberAdder{"session.platform", "a\x00"}, propagation.ErrInvalidValue, ""},
+		{"a local field", memberAdder{"session.ui_session_id", "tab"}, propagation.ErrLocalField, ""},
+	} {
+		for _, carrier := range []struct {
+			name string
+			c    otelprop.TextMapCarrier
+		}{
+			{"MapCarrier", otelprop.MapCarrier{"baggage": line}},
+			{"HeaderCarrier", otelprop.HeaderCarrier{"Baggage": {line}}},
+		} {
+			t.Run(tc.name+"/"+carrier.name, func(t *testing.T) {
+				prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{}, tc.add)
+				ctx, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), prop, carrier.c, propagation.Peer{Transport: "test"})
+				if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+					t.Fatalf("error %v, want %v", err, tc.wantErr)
+				}
+				if v, _ := otelsession.Lookup(ctx, otelsession.FieldChatID); v != tc.chat {
+					t.Errorf("chat id %q, want %q", v, tc.chat)
+				}
+			})
+		}
+	}
+}
