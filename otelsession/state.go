@@ -146,4 +146,7 @@ var mapIdentity = func() bool {
 	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
 }()
 
-func init() { sessionstate.Checked = checkedBaggage }
+func init() {
+	sessionstate.Checked = checkedBaggage
+	sessionstate.HasLocal = func(ctx context.Context) bool { return localFrom(ctx) != nil }
+}

@@ -15,6 +15,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 )
@@ -849,21 +850,13 @@ func (w *writtenMembers) keyOf(idx uint8) string {
 var fields = otelsession.Fields()
 
 // holdsSession reports whether ctx holds any state otelsession.Reset would
-// remove. Most inbound requests start from a context with none, and Reset
-// costs more than the policy's own checks (TestInboundNeverInheritsTheServerContextSession
+// remove: session members in its baggage, or any state beside the baggage
+// (one context look-up, however many local fields the table has). Most
+// inbound requests start from a context with none, and Reset costs more
+// than the policy's own checks (TestInboundNeverInheritsTheServerContextSession
 // covers every kind of state).
 func holdsSession(ctx context.Context) bool {
-	if hasSession(baggage.FromContext(ctx)) || otelsession.Cwd(ctx) != "" {
-		return true
-	}
-	for _, f := range fields {
-		if f.Scope() == otelsession.Local {
-			if _, st := otelsession.Lookup(ctx, f); st != otelsession.Unset {
-				return true
-			}
-		}
-	}
-	return false
+	return hasSession(baggage.FromContext(ctx)) || sessionstate.HasLocal(ctx)
 }
 
 // HasSession reports whether b holds any member of the session: a field,
