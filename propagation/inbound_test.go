@@ -594,49 +594,62 @@ func TestInboundTrustedSessionArrivesWhole(t *testing.T) {
 // A request starts from the server's base context; a session bound there (by
 // BaseContext or ConnContext) must never become the request's.
 func TestInboundNeverInheritsTheServerContextSession(t *testing.T) {
-	serverSession := otelsession.Session{Platform: "discord", ChatID: "server-chat", ThreadID: "server-thread",
-		UISessionID: "server-tab", BrowserControlPrincipal: "server", Cwd: "/server", Stateless: true}
-	hooks := map[string]func(*http.Server){
-		"BaseContext": func(s *http.Server) {
-			s.BaseContext = func(net.Listener) context.Context {
-				return otelsession.Bind(context.Background(), serverSession)
+	// A whole session, and each kind of state that lives beside the
+	// baggage on its own.
+	serverSessions := map[string]otelsession.Session{
+		"whole": {Platform: "discord", ChatID: "server-chat", ThreadID: "server-thread",
+			UISessionID: "server-tab", BrowserControlPrincipal: "server", Cwd: "/server", Stateless: true},
+		"local field only":       {UISessionID: "server-tab"},
+		"working directory only": {Cwd: "/server"},
+	}
+	hooks := map[string]func(otelsession.Session) func(*http.Server){
+		"BaseContext": func(serverSession otelsession.Session) func(*http.Server) {
+			return func(s *http.Server) {
+				s.BaseContext = func(net.Listener) context.Context {
+					return otelsession.Bind(context.Background(), serverSession)
+				}
 			}
 		},
-		"ConnContext": func(s *http.Server) {
-			s.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-				return otelsession.Bind(ctx, serverSession)
+		"ConnContext": func(serverSession otelsession.Session) func(*http.Server) {
+			return func(s *http.Server) {
+				s.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+					return otelsession.Bind(ctx, serverSession)
+				}
 			}
 		},
 	}
-	for name, hook := range hooks {
-		for _, trust := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/trusted=%v", name, trust), func(t *testing.T) {
-				t.Parallel()
-				trustFn := propagation.TrustNone
-				if trust {
-					trustFn = propagation.TrustAll
-				}
-				s := startPolicyServer(t, propagation.NewInbound(trustFn), hook)
+	for hookName, hookOf := range hooks {
+		for sessionName, serverSession := range serverSessions {
+			name, hook := hookName+"/"+sessionName, hookOf(serverSession)
+			for _, trust := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/trusted=%v", name, trust), func(t *testing.T) {
+					t.Parallel()
+					trustFn := propagation.TrustNone
+					if trust {
+						trustFn = propagation.TrustAll
+					}
+					s := startPolicyServer(t, propagation.NewInbound(trustFn), hook)
 
-				if got := s.send(t).notUnset(); len(got) > 0 {
-					t.Errorf("request without baggage inherited: %v", got)
-				}
-				if got := s.send(t, "app.tenant=acme").notUnset(); len(got) > 0 {
-					t.Errorf("request with foreign baggage inherited: %v", got)
-				}
-				v := s.send(t, "session.platform=slack")
-				wantPlatform := fieldSeen{otelsession.Unset, ""}
-				if trust {
-					wantPlatform = fieldSeen{otelsession.Set, "slack"}
-				}
-				if got := v.fields[otelsession.FieldPlatform]; got != wantPlatform {
-					t.Errorf("platform = %v, want %v", got, wantPlatform)
-				}
-				v.fields[otelsession.FieldPlatform] = fieldSeen{}
-				if got := v.notUnset(); len(got) > 0 {
-					t.Errorf("request with a session member inherited: %v", got)
-				}
-			})
+					if got := s.send(t).notUnset(); len(got) > 0 {
+						t.Errorf("request without baggage inherited: %v", got)
+					}
+					if got := s.send(t, "app.tenant=acme").notUnset(); len(got) > 0 {
+						t.Errorf("request with foreign baggage inherited: %v", got)
+					}
+					v := s.send(t, "session.platform=slack")
+					wantPlatform := fieldSeen{otelsession.Unset, ""}
+					if trust {
+						wantPlatform = fieldSeen{otelsession.Set, "slack"}
+					}
+					if got := v.fields[otelsession.FieldPlatform]; got != wantPlatform {
+						t.Errorf("platform = %v, want %v", got, wantPlatform)
+					}
+					v.fields[otelsession.FieldPlatform] = fieldSeen{}
+					if got := v.notUnset(); len(got) > 0 {
+						t.Errorf("request with a session member inherited: %v", got)
+					}
+				})
+			}
 		}
 	}
 }
