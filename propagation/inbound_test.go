@@ -594,27 +594,28 @@ func TestInboundTrustedSessionArrivesWhole(t *testing.T) {
 // A request starts from the server's base context; a session bound there (by
 // BaseContext or ConnContext) must never become the request's.
 func TestInboundNeverInheritsTheServerContextSession(t *testing.T) {
-	// A whole session, and each kind of state that lives beside the
-	// baggage on its own.
-	serverSessions := map[string]otelsession.Session{
-		"whole": {Platform: "discord", ChatID: "server-chat", ThreadID: "server-thread",
-			UISessionID: "server-tab", BrowserControlPrincipal: "server", Cwd: "/server", Stateless: true},
-		"local field only":       {UISessionID: "server-tab"},
-		"working directory only": {Cwd: "/server"},
+	// A whole session (Bind puts every remote field into the baggage), and
+	// each kind of state that lives beside the baggage on its own, without
+	// any session member in the baggage.
+	serverSessions := map[string]func(context.Context) context.Context{
+		"whole": func(ctx context.Context) context.Context {
+			return otelsession.Bind(ctx, otelsession.Session{Platform: "discord", ChatID: "server-chat", ThreadID: "server-thread",
+				UISessionID: "server-tab", BrowserControlPrincipal: "server", Cwd: "/server", Stateless: true})
+		},
+		"local field only": func(ctx context.Context) context.Context {
+			return otelsession.With(ctx, otelsession.FieldUISessionID, "server-tab")
+		},
+		"working directory only": func(ctx context.Context) context.Context { return otelsession.WithCwd(ctx, "/server") },
 	}
-	hooks := map[string]func(otelsession.Session) func(*http.Server){
-		"BaseContext": func(serverSession otelsession.Session) func(*http.Server) {
+	hooks := map[string]func(func(context.Context) context.Context) func(*http.Server){
+		"BaseContext": func(serverSession func(context.Context) context.Context) func(*http.Server) {
 			return func(s *http.Server) {
-				s.BaseContext = func(net.Listener) context.Context {
-					return otelsession.Bind(context.Background(), serverSession)
-				}
+				s.BaseContext = func(net.Listener) context.Context { return serverSession(context.Background()) }
 			}
 		},
-		"ConnContext": func(serverSession otelsession.Session) func(*http.Server) {
+		"ConnContext": func(serverSession func(context.Context) context.Context) func(*http.Server) {
 			return func(s *http.Server) {
-				s.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-					return otelsession.Bind(ctx, serverSession)
-				}
+				s.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return serverSession(ctx) }
 			}
 		},
 	}
