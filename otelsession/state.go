@@ -2,7 +2,6 @@ package otelsession
 
 import (
 	"context"
-	"reflect"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -129,22 +128,8 @@ func checkedBaggage(ctx context.Context) (present, ok bool) {
 	return l.checkedPresent, true
 }
 
-// sameBaggage reports whether a and b share one map. baggage.Baggage hides
-// its map and has no identity method; reflect reads the map's address
-// without touching its contents. Should the type ever stop being a single
-// map, mapIdentity is false and nothing is ever known to be checked.
-func sameBaggage(a, b baggage.Baggage) bool {
-	if !mapIdentity {
-		return false
-	}
-	pa := reflect.ValueOf(a).Field(0).Pointer()
-	return pa != 0 && pa == reflect.ValueOf(b).Field(0).Pointer()
-}
-
-var mapIdentity = func() bool {
-	t := reflect.TypeFor[baggage.Baggage]()
-	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
-}()
+// sameBaggage reports whether a and b share one map (sessionstate.SameBaggage).
+func sameBaggage(a, b baggage.Baggage) bool { return sessionstate.SameBaggage(a, b) }
 
 func init() {
 	sessionstate.Checked = checkedBaggage

@@ -4,5 +4,7 @@
 // policy need not read every session member back to check it again; and
 // whether a context holds any session state beside its baggage, so an
 // inbound policy can tell in one look-up whether there is anything to Reset.
-// It owns nothing else; otelsession sets the hooks at start-up.
+// It also owns telling two baggages apart by their map (BaggageID), for
+// whoever keeps what it built from one. It owns nothing else; otelsession
+// sets the hooks at start-up.
 package sessionstate

@@ -1,6 +1,11 @@
 package sessionstate
 
-import "context"
+import (
+	"context"
+	"reflect"
+
+	"go.opentelemetry.io/otel/baggage"
+)
 
 // Checked reports, when ok, that ctx's baggage is exactly what an
 // otelsession writer built from values it validated (no refused value, no
@@ -14,3 +19,26 @@ var Checked = func(context.Context) (present, ok bool) { return false, false }
 // the record of a checked baggage), whatever its values. Set by
 // otelsession's init.
 var HasLocal = func(context.Context) bool { return false }
+
+// BaggageID is the address of b's map, 0 when it has none. baggage.Baggage
+// hides its map and has no identity method; reflect reads the map's address
+// without touching its contents. Baggage is immutable, so two baggages with
+// one ID hold the same members. Should the type ever stop being a single
+// map, every ID is 0 and no two baggages are ever known to be the same.
+func BaggageID(b baggage.Baggage) uintptr {
+	if !mapBaggage {
+		return 0
+	}
+	return reflect.ValueOf(b).Field(0).Pointer()
+}
+
+// SameBaggage reports whether a and b are known to share one map.
+func SameBaggage(a, b baggage.Baggage) bool {
+	id := BaggageID(a)
+	return id != 0 && id == BaggageID(b)
+}
+
+var mapBaggage = func() bool {
+	t := reflect.TypeFor[baggage.Baggage]()
+	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
+}()

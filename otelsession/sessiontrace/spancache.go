@@ -2,12 +2,12 @@ package sessiontrace
 
 import (
 	"context"
-	"reflect"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -58,20 +58,10 @@ func (c *spanCache) get(b baggage.Baggage, build func() []attribute.KeyValue) []
 	return attrs
 }
 
-// baggageID is the address of b's map, 0 when it has none. Baggage is a
-// struct holding one map (checked once below); should that change, nothing
-// is cached and every span reads its session again.
-func baggageID(b baggage.Baggage) uintptr {
-	if !mapBaggage {
-		return 0
-	}
-	return reflect.ValueOf(b).Field(0).Pointer()
-}
-
-var mapBaggage = func() bool {
-	t := reflect.TypeFor[baggage.Baggage]()
-	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
-}()
+// baggageID is the address of b's map, 0 when it has none
+// (sessionstate.BaggageID); with 0, nothing is cached and every span reads
+// its session again.
+func baggageID(b baggage.Baggage) uintptr { return sessionstate.BaggageID(b) }
 
 // splitFields returns the fields of fields that are baggage members and the
 // local ones (kept beside the baggage, so not named by its identity).

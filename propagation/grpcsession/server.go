@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
@@ -185,7 +186,7 @@ func (c *config) finish(out context.Context, method string, err error, hasSessio
 // in otelgrpc's handler: the verdict is acted on, nothing is extracted again.
 func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.Context, error) {
 	out := ctx
-	if v.bag.Len() > 0 || baggage.FromContext(ctx).Len() > 0 {
+	if cur := baggage.FromContext(ctx); (v.bag.Len() > 0 || cur.Len() > 0) && !sessionstate.SameBaggage(cur, v.bag) {
 		// The handler's baggage is the one judged, whatever a stats handler
 		// registered after otelgrpc's may have put in the context since.
 		out = baggage.ContextWithBaggage(ctx, v.bag)
