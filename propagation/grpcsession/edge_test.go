@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/sessionwire/sessionwire/otelsession"
@@ -500,5 +502,51 @@ func TestEdgeForgedSignature(t *testing.T) {
 		if err, _ := reported.Load().(error); !tc.accept && !errors.Is(err, propagation.ErrBadSignature) {
 			t.Fatalf("WithOnError saw %v", err)
 		}
+	}
+}
+
+// baggageReplacer is a stats handler that replaces the context's baggage
+// when it tags a call, as a second propagating handler registered after
+// otelgrpc's would.
+type baggageReplacer struct{ b baggage.Baggage }
+
+func (r baggageReplacer) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return baggage.ContextWithBaggage(ctx, r.b)
+}
+func (baggageReplacer) HandleRPC(context.Context, stats.RPCStats) {}
+func (baggageReplacer) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (baggageReplacer) HandleConn(context.Context, stats.ConnStats) {}
+
+// The handler runs with the baggage the Edge judged in otelgrpc's step, even
+// when a stats handler registered after otelgrpc's put another one into the
+// context since: a session that no policy judged never reaches it.
+func TestEdgeHandlerKeepsTheJudgedBaggage(t *testing.T) {
+	tp, _ := edgeTracing(t)
+	forged, err := baggage.Parse("session.platform=forged,session.chat_id=elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		trust propagation.TrustFunc
+	}{{"trusted", propagation.TrustLoopback()}, {"untrusted", propagation.TrustNone}} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := newService()
+			edge := grpcsession.New(grpcsession.WithInbound(propagation.NewInbound(tc.trust)))
+			addr := serve(t, svc, append(edge.ServerOptions(),
+				grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(edge.Propagator()))),
+				grpc.StatsHandler(baggageReplacer{forged}))...)
+			unary(t, bound(), edgeClient(t, addr, tp, grpcsession.New(allowAll)))
+			got := svc.next(t)
+			want := map[otelsession.Field]string{}
+			if tc.name == "trusted" {
+				want = wantSession()
+			}
+			if !maps.Equal(got.session, want) {
+				t.Fatalf("the handler's session is %v, want %v", got.session, want)
+			}
+		})
 	}
 }
