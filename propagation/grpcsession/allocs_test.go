@@ -136,10 +136,11 @@ const (
 	serverBudget = 45
 	clientBudget = 30
 	// The Edge over raw otelgrpc. Server: the verdict and the context
-	// value holding it, the count of baggage lines, and the handler's
-	// context set to the judged baggage. Client: what the interceptor tells
+	// value holding it, and the copy of the call's baggage lines (the
+	// handler's context already holds the judged baggage: it is not set
+	// again). Client: what the interceptor tells
 	// the propagator (the call and the context value holding it) and the
 	// destination's URL.
-	edgeServerOverRaw = 5
+	edgeServerOverRaw = 3
 	edgeClientOverRaw = 3
 )
