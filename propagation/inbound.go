@@ -429,7 +429,7 @@ func scanSessionKeys(lines []string, written *writtenMembers) (keySet, error) {
 			// One pass over the member: its key (memberKey's), then a
 			// vectorised search for the comma that ends it.
 			end := 0
-			for end < len(rest) && rest[end] != '=' && rest[end] != ';' && rest[end] != ',' {
+			for end < len(rest) && !keyEnds[rest[end]] {
 				end++
 			}
 			next := end
@@ -474,6 +474,9 @@ func scanSessionKeys(lines []string, written *writtenMembers) (keySet, error) {
 	}
 	return seen, errors.Join(errs...)
 }
+
+// keyEnds marks the bytes that end a raw member's key: "=", ";" and ",".
+var keyEnds = [256]bool{'=': true, ';': true, ',': true}
 
 // trimSpace is strings.TrimSpace, without its work for the common case of
 // a key that starts and ends with a printable ASCII byte.
