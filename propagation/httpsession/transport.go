@@ -16,6 +16,10 @@ import (
 // destinations the policy allows, signed when it signs. Its zero value sends
 // no session anywhere (propagation's default) through http.DefaultTransport.
 // It is safe for concurrent use once configured.
+//
+// With otelhttp, prefer a [ClientEdge]: it applies the same policy inside
+// otelhttp's own injection, so the request is copied and the trace context
+// written once rather than once in each layer.
 type Transport struct {
 	// Base sends the request; nil is http.DefaultTransport.
 	Base http.RoundTripper
