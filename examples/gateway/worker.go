@@ -71,6 +71,9 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 		}
 	}
 	prop := natssession.WithPropagator(propagatorFor(cfg.store))
+	// The downstream service, and only it, receives the session, signed.
+	httpEdge := httpsession.NewClientEdge(httpsession.WithPropagator(propagatorFor(cfg.store)), httpsession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{down.Host}}), propagation.WithSigner(cfg.out.Signer()))))
 	return &worker{
 		cfg: cfg, js: js, grpc: grpcDown,
 		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
@@ -79,12 +82,10 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(cfg.verifier)),
 			natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
-		client: &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
-			// The downstream service, and only it, receives the session, signed.
-			&httpsession.Transport{Propagator: propagatorFor(cfg.store), Outbound: propagation.NewOutbound(
-				propagation.AllowURLs(propagation.Egress{Hosts: []string{down.Host}}), propagation.WithSigner(cfg.out.Signer()))},
-			// otelhttp carries the trace context; the baggage leaves once, as the policy writes it.
-			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.ExceptBaggage(propagatorFor(cfg.store))))},
+		client: &http.Client{Timeout: 10 * time.Second, Transport: httpEdge.Transport(otelhttp.NewTransport(http.DefaultTransport,
+			// The policy runs inside otelhttp's injection: one request copy,
+			// one traceparent, the baggage written once, as the policy allows.
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(httpEdge.Propagator())))},
 		exec: execsession.Config{Propagator: propagatorFor(cfg.store)},
 	}, nil
 }

@@ -258,10 +258,12 @@ func (f *flow) worker(tp *sdktrace.TracerProvider) func(context.Context, jetstre
 	tracer := tp.Tracer("tracedflow/worker")
 	downstream, _ := url.Parse(f.downstreamURL)
 	router, _ := url.Parse(f.routerURL)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: otelhttp.NewTransport(
-		&httpsession.Transport{Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{downstream.Host, router.Host}}))},
-		// otelhttp carries the trace context; the baggage leaves once, as the policy writes it.
-		otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.ExceptBaggage(nil)))}
+	// The policy runs inside otelhttp's injection: one request copy, one
+	// traceparent, the baggage written once, as the policy allows.
+	edge := httpsession.NewClientEdge(httpsession.WithOutbound(
+		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{downstream.Host, router.Host}}))))
+	client := &http.Client{Timeout: 10 * time.Second, Transport: edge.Transport(otelhttp.NewTransport(http.DefaultTransport,
+		otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(edge.Propagator())))}
 	return func(ctx context.Context, msg jetstream.Msg) error {
 		var m chatMessage
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {

@@ -14,14 +14,25 @@ import (
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
-// Option configures [Handler].
-type Option struct{ apply func(*handler) }
+// Option configures [Handler] or a [ClientEdge]. Server options are ignored
+// by the client and the other way round, so one list can configure both
+// ends of a service that also calls others.
+type Option struct{ apply func(*config) }
+
+// config is what Options set, for either end.
+type config struct {
+	prop     otelprop.TextMapPropagator
+	inbound  *propagation.Inbound
+	onError  func(*http.Request, error)
+	onAccept func(*http.Request)
+	outbound *propagation.Outbound
+}
 
 // WithPropagator sets the propagator that extracts trace context and baggage
-// from requests. The default, nil, is otel.GetTextMapPropagator() at request
-// time.
+// from requests ([Handler]) or injects them ([ClientEdge]). The default, nil,
+// is otel.GetTextMapPropagator() at request time.
 func WithPropagator(p otelprop.TextMapPropagator) Option {
-	return Option{func(h *handler) { h.prop = p }}
+	return Option{func(c *config) { c.prop = p }}
 }
 
 // WithInbound sets the trust policy applied to every request. The default,
@@ -29,7 +40,7 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 // (propagation.NewInbound(nil)). Pass one to choose the trusted peers and to
 // read its Counts.
 func WithInbound(p *propagation.Inbound) Option {
-	return Option{func(h *handler) { h.inbound = p }}
+	return Option{func(c *config) { c.inbound = p }}
 }
 
 // WithOnError sets a function called, before the wrapped handler runs, for
@@ -38,7 +49,7 @@ func WithInbound(p *propagation.Inbound) Option {
 // propagation's Err values; it names the field, never the value. fn must not
 // write to the response: the request is served as usual.
 func WithOnError(fn func(r *http.Request, err error)) Option {
-	return Option{func(h *handler) { h.onError = fn }}
+	return Option{func(c *config) { c.onError = fn }}
 }
 
 // WithOnAccept sets a function called, before the wrapped handler runs, with
@@ -55,15 +66,12 @@ func WithOnError(fn func(r *http.Request, err error)) Option {
 //	proc := sessiontrace.NewSpanProcessor(redaction) // also registered with the tracer provider
 //	httpsession.WithOnAccept(func(r *http.Request) { proc.Annotate(r.Context(), trace.SpanFromContext(r.Context())) })
 func WithOnAccept(fn func(r *http.Request)) Option {
-	return Option{func(h *handler) { h.onAccept = fn }}
+	return Option{func(c *config) { c.onAccept = fn }}
 }
 
 type handler struct {
-	next     http.Handler
-	prop     otelprop.TextMapPropagator
-	inbound  *propagation.Inbound
-	onError  func(*http.Request, error)
-	onAccept func(*http.Request)
+	next http.Handler
+	config
 }
 
 // Handler returns a handler that serves next with the request's context
@@ -87,7 +95,7 @@ func Handler(next http.Handler, opts ...Option) http.Handler {
 	h := &handler{next: next}
 	for _, o := range opts {
 		if o.apply != nil {
-			o.apply(h)
+			o.apply(&h.config)
 		}
 	}
 	if h.inbound == nil {

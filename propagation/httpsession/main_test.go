@@ -2,6 +2,7 @@ package httpsession_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +49,18 @@ func (l *errorLog) contains(s string) bool {
 	defer l.mu.Unlock()
 	for _, err := range l.errs {
 		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether an error wrapping target was reported.
+func (l *errorLog) matches(target error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		if errors.Is(err, target) {
 			return true
 		}
 	}

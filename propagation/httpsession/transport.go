@@ -1,6 +1,7 @@
 package httpsession
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -15,6 +16,10 @@ import (
 // destinations the policy allows, signed when it signs. Its zero value sends
 // no session anywhere (propagation's default) through http.DefaultTransport.
 // It is safe for concurrent use once configured.
+//
+// With otelhttp, prefer a [ClientEdge]: it applies the same policy inside
+// otelhttp's own injection, so the request is copied and the trace context
+// written once rather than once in each layer.
 type Transport struct {
 	// Base sends the request; nil is http.DefaultTransport.
 	Base http.RoundTripper
@@ -48,28 +53,45 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // prepare returns the copy of req that RoundTrip sends.
 func (t *Transport) prepare(req *http.Request) *http.Request {
+	return injectCopy(req, t.Outbound, t.Propagator, nil)
+}
+
+// injectCopy returns a copy of req, its headers deep-copied, into which the
+// policy wrote the trace context and baggage of req's context as dest(req)
+// allows. The copy's context is what the policy sent from (for a withheld
+// session, the context without it), passed through mark when mark is not
+// nil.
+func injectCopy(req *http.Request, out *propagation.Outbound, prop otelprop.TextMapPropagator, mark func(context.Context) context.Context) *http.Request {
 	ctx := req.Context()
-	dest := propagation.Dest{Transport: propagation.TransportHTTP, URL: req.URL}
-	if req.URL != nil {
-		dest.Name = req.URL.Host
-	}
-	out := req.Clone(ctx)
-	if out.Header == nil {
-		out.Header = make(http.Header)
+	cp := req.Clone(ctx)
+	if cp.Header == nil {
+		cp.Header = make(http.Header)
 	}
 	// The policy decides and strips once; the copy's context is what it
 	// sent from, so that for a withheld session a RoundTripper in Base that
 	// injects again finds none.
-	sent, err := t.Outbound.InjectContext(ctx, t.Propagator, otelprop.HeaderCarrier(out.Header), dest)
+	sent, err := out.InjectContext(ctx, prop, otelprop.HeaderCarrier(cp.Header), destOf(req))
 	if err != nil {
 		// The request still goes, without the session or unsigned, as the
 		// error says.
 		otel.Handle(fmt.Errorf("httpsession: outgoing request: %w", err))
 	}
-	if sent != ctx {
-		out = out.WithContext(sent)
+	if mark != nil {
+		sent = mark(sent)
 	}
-	return out
+	if sent != ctx {
+		cp = cp.WithContext(sent)
+	}
+	return cp
+}
+
+// destOf is what the outbound policy sees of req.
+func destOf(req *http.Request) propagation.Dest {
+	d := propagation.Dest{Transport: propagation.TransportHTTP, URL: req.URL}
+	if req.URL != nil {
+		d.Name = req.URL.Host
+	}
+	return d
 }
 
 // CloseIdleConnections closes the idle connections of Base when it can, so

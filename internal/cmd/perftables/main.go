@@ -86,6 +86,7 @@ var tables = []table{
 		{"… the same beside the unsigned raw path (what signing adds)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw"},
 		{"HTTP client, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Transport` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=session", "BenchmarkClientStack/path=raw"},
 		{"HTTP client, `otelhttp` given W3C too around `Transport` (baggage written twice)", "propagation/httpsession", "BenchmarkClientStack/path=session_otelhttp_W3C_too", "BenchmarkClientStack/path=raw"},
+		{"HTTP client, the whole instrumented request: `ClientEdge.Transport` around `otelhttp` given `ClientEdge.Propagator()` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=client_edge", "BenchmarkClientStack/path=raw"},
 		{"NATS publish: `Publisher.Inject`", "propagation/natssession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
 		{"NATS publish, signed for its `Nats-Msg-Id` (raw path signing the same bytes)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw_signed"},
 		{"… the same beside the unsigned raw path (what signing adds)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw"},
