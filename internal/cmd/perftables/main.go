@@ -84,7 +84,7 @@ var tables = []table{
 		{"outbound HTTP: `Transport`, session withheld", "propagation/httpsession", "BenchmarkOutbound/Transport_withheld/path=session", "BenchmarkOutbound/Transport_withheld/path=raw"},
 		{"outbound HTTP, signed: `Transport`, allowed and signed (raw path signing the same bytes)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw_signed"},
 		{"… the same beside the unsigned raw path (what signing adds)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw"},
-		{"HTTP client, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Transport` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=session", "BenchmarkClientStack/path=raw"},
+		{"HTTP client, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Transport` (the configuration before the ClientEdge)", "propagation/httpsession", "BenchmarkClientStack/path=session", "BenchmarkClientStack/path=raw"},
 		{"HTTP client, `otelhttp` given W3C too around `Transport` (baggage written twice)", "propagation/httpsession", "BenchmarkClientStack/path=session_otelhttp_W3C_too", "BenchmarkClientStack/path=raw"},
 		{"HTTP client, the whole instrumented request: `ClientEdge.Transport` around `otelhttp` given `ClientEdge.Propagator()` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=client_edge", "BenchmarkClientStack/path=raw"},
 		{"NATS publish: `Publisher.Inject`", "propagation/natssession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
