@@ -121,9 +121,52 @@ func mapLen(m *map[optKey][]metric.AddOption) int {
 // Inbound counts one inbound session: outcome "accepted", "untrusted" or
 // "refused", reason "" unless refused.
 func Inbound(transport, outcome, reason string) {
-	get().inbound.Add(context.Background(), 1, option(optKey{'i', transport, outcome, reason}, func() []attribute.KeyValue {
-		return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), ReasonKey.String(reason)}
-	})...)
+	get().inbound.Add(context.Background(), 1, inboundOption(transport, outcome, reason)...)
+}
+
+// inboundOpts holds Inbound's option lists by transport and outcome
+// (accepted, untrusted: the outcomes without a reason), so that counting a
+// session, which every inbound carrier with one does, finds its list without
+// hashing a key; a refusal, or any other transport, goes through the map.
+var inboundOpts [len(outboundTransports)][2]atomic.Pointer[[]metric.AddOption]
+
+func inboundOption(transport, outcome, reason string) []metric.AddOption {
+	build := func() []metric.AddOption {
+		return option(optKey{'i', transport, outcome, reason}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), ReasonKey.String(reason)}
+		})
+	}
+	t, w := transportIndex(transport), -1
+	switch outcome {
+	case "accepted":
+		w = 0
+	case "untrusted":
+		w = 1
+	}
+	if t < 0 || w < 0 || reason != "" {
+		return build()
+	}
+	return cached(&inboundOpts[t][w], build)
+}
+
+// transportIndex is transport's index in outboundTransports, -1 for none.
+func transportIndex(transport string) int {
+	for i, n := range outboundTransports {
+		if n == transport {
+			return i
+		}
+	}
+	return -1
+}
+
+// cached returns the option list p holds, built and stored on first use.
+func cached(p *atomic.Pointer[[]metric.AddOption], build func() []metric.AddOption) []metric.AddOption {
+	if o := p.Load(); o != nil {
+		return *o
+	}
+	o := build()
+	p.Store(&o)
+	return o
 }
 
 // Outbound counts one carrier: outcome "sent" or "withheld".
@@ -151,14 +194,7 @@ func outboundOption(transport, outcome string, signed bool) []metric.AddOption {
 			return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)}
 		})
 	}
-	t := -1
-	for i, n := range outboundTransports {
-		if n == transport {
-			t = i
-			break
-		}
-	}
-	w := -1
+	t, w := transportIndex(transport), -1
 	switch outcome {
 	case "sent":
 		w = 0
@@ -172,13 +208,7 @@ func outboundOption(transport, outcome string, signed bool) []metric.AddOption {
 	if signed {
 		sg = 1
 	}
-	p := &outboundOpts[t][w][sg]
-	if o := p.Load(); o != nil {
-		return *o
-	}
-	o := build()
-	p.Store(&o)
-	return o
+	return cached(&outboundOpts[t][w][sg], build)
 }
 
 // Prewritten counts n session members removed from a carrier.
