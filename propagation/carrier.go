@@ -145,19 +145,12 @@ func withoutOwnedMembers(lines []string) (string, int) {
 // (a vertical tab too), so this does: whatever key the parser would read,
 // this reads.
 func memberKey(m string) string {
-	key, _ := memberKeyEnd(m)
-	return key
-}
-
-// memberKeyEnd is memberKey that also returns where the key part ends: at
-// the "=" or ";" that follows it, len(m) when neither does.
-func memberKeyEnd(m string) (key string, end int) {
-	end = strings.IndexByte(m, '=')
-	if end < 0 {
-		end = len(m)
+	end := len(m)
+	for i := 0; i < len(m); i++ {
+		if m[i] == '=' || m[i] == ';' {
+			end = i
+			break
+		}
 	}
-	if i := strings.IndexByte(m[:end], ';'); i >= 0 {
-		end = i
-	}
-	return strings.TrimSpace(m[:end]), end
+	return strings.TrimSpace(m[:end])
 }
