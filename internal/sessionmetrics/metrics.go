@@ -136,17 +136,33 @@ func inboundOption(transport, outcome, reason string) []metric.AddOption {
 			return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), ReasonKey.String(reason)}
 		})
 	}
-	t, w := transportIndex(transport), -1
-	switch outcome {
-	case "accepted":
-		w = 0
-	case "untrusted":
-		w = 1
-	}
-	if t < 0 || w < 0 || reason != "" {
+	if reason != "" {
 		return build()
 	}
-	return cached(&inboundOpts[t][w], build)
+	return byIndex(&inboundOpts, transport, outcome, [2]string{"accepted", "untrusted"}, build)
+}
+
+// byIndex returns the option list slots holds for transport and outcome,
+// one of outcomes, built by build on first use; any other transport or
+// outcome is built every time (through option's map).
+func byIndex(slots *[len(outboundTransports)][2]atomic.Pointer[[]metric.AddOption], transport, outcome string, outcomes [2]string, build func() []metric.AddOption) []metric.AddOption {
+	t, w := transportIndex(transport), -1
+	switch outcome {
+	case outcomes[0]:
+		w = 0
+	case outcomes[1]:
+		w = 1
+	}
+	if t < 0 || w < 0 {
+		return build()
+	}
+	p := &slots[t][w]
+	if o := p.Load(); o != nil {
+		return *o
+	}
+	o := build()
+	p.Store(&o)
+	return o
 }
 
 // transportIndex is transport's index in outboundTransports, -1 for none.
@@ -159,16 +175,6 @@ func transportIndex(transport string) int {
 	return -1
 }
 
-// cached returns the option list p holds, built and stored on first use.
-func cached(p *atomic.Pointer[[]metric.AddOption], build func() []metric.AddOption) []metric.AddOption {
-	if o := p.Load(); o != nil {
-		return *o
-	}
-	o := build()
-	p.Store(&o)
-	return o
-}
-
 // Outbound counts one carrier: outcome "sent" or "withheld".
 func Outbound(transport, outcome string, signed bool) {
 	get().outbound.Add(context.Background(), 1, outboundOption(transport, outcome, signed)...)
@@ -178,37 +184,22 @@ func Outbound(transport, outcome string, signed bool) {
 // constants), whose Outbound option lists are kept in outboundOpts.
 var outboundTransports = [...]string{"http", "grpc", "nats", "kafka", "amqp", "env"}
 
-// outboundOpts holds Outbound's option lists by transport, outcome (sent,
-// withheld) and signed, so that counting a carrier, which every outbound
+// outboundOpts holds Outbound's option lists by signed, transport and
+// outcome (sent, withheld), so that counting a carrier, which every outbound
 // injection does, finds its list without hashing a key; any other
 // transport or outcome goes through the map.
-var outboundOpts [len(outboundTransports)][2][2]atomic.Pointer[[]metric.AddOption]
+var outboundOpts [2][len(outboundTransports)][2]atomic.Pointer[[]metric.AddOption]
 
 func outboundOption(transport, outcome string, signed bool) []metric.AddOption {
-	s := "0"
+	s, sg := "0", 0
 	if signed {
-		s = "1"
+		s, sg = "1", 1
 	}
-	build := func() []metric.AddOption {
+	return byIndex(&outboundOpts[sg], transport, outcome, [2]string{"sent", "withheld"}, func() []metric.AddOption {
 		return option(optKey{'o', transport, outcome, s}, func() []attribute.KeyValue {
 			return []attribute.KeyValue{TransportKey.String(transport), OutcomeKey.String(outcome), SignedKey.Bool(signed)}
 		})
-	}
-	t, w := transportIndex(transport), -1
-	switch outcome {
-	case "sent":
-		w = 0
-	case "withheld":
-		w = 1
-	}
-	if t < 0 || w < 0 {
-		return build()
-	}
-	sg := 0
-	if signed {
-		sg = 1
-	}
-	return cached(&outboundOpts[t][w][sg], build)
+	})
 }
 
 // Prewritten counts n session members removed from a carrier.

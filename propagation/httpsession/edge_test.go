@@ -180,15 +180,7 @@ func TestClientEdgeSigns(t *testing.T) {
 // the session there, before and after the Transport has learned that
 // otelhttp runs the propagator.
 func TestClientEdgeRedirectLeavesSessionBehind(t *testing.T) {
-	thirdGot, internalGot := make(chan received, 1), make(chan received, 1)
-	third := serve(t, recorder(thirdGot))
-	internal := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/away" {
-			http.Redirect(w, r, third.URL+"/landing", http.StatusFound)
-			return
-		}
-		recorder(internalGot).ServeHTTP(w, r)
-	}))
+	internal, internalGot, thirdGot := redirectServers(t)
 	for _, withOtelhttp := range []bool{true, false} {
 		edge := httpsession.NewClientEdge(httpsession.WithPropagator(w3c), httpsession.WithOutbound(
 			propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{hostOf(t, internal.URL)}}))))

@@ -3,6 +3,7 @@ package httpsession_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"strings"
@@ -119,18 +120,26 @@ func TestTransportStripsSessionItDidNotInject(t *testing.T) {
 	}
 }
 
-// http.Client asks the Transport again for every redirect: a redirect from
-// an allowed host to another one does not carry the session there.
-func TestTransportRedirectLeavesSessionBehind(t *testing.T) {
-	thirdGot, internalGot := make(chan received, 1), make(chan received, 1)
+// redirectServers starts the host a test's policy allows, whose /away
+// redirects to a third host, and the third host; each records what it got.
+func redirectServers(t *testing.T) (internal *httptest.Server, internalGot, thirdGot chan received) {
+	t.Helper()
+	thirdGot, internalGot = make(chan received, 1), make(chan received, 1)
 	third := serve(t, recorder(thirdGot))
-	internal := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	internal = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/away" {
 			http.Redirect(w, r, third.URL+"/landing", http.StatusFound)
 			return
 		}
 		recorder(internalGot).ServeHTTP(w, r)
 	}))
+	return internal, internalGot, thirdGot
+}
+
+// http.Client asks the Transport again for every redirect: a redirect from
+// an allowed host to another one does not carry the session there.
+func TestTransportRedirectLeavesSessionBehind(t *testing.T) {
+	internal, internalGot, thirdGot := redirectServers(t)
 	client := &http.Client{Transport: &httpsession.Transport{Propagator: w3c,
 		Outbound: propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{hostOf(t, internal.URL)}}))}}
 	t.Cleanup(client.CloseIdleConnections)
