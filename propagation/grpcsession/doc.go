@@ -71,10 +71,12 @@
 // A refused session never fails the call: the handler runs with the session
 // Unset, the policy counts the refusal, [WithOnError] sees it, and the
 // incoming metadata the handler can read is re-encoded so that nothing
-// behind the interceptor can extract the refused session again. Whatever
-// the verdict, the handler reads the baggage lines that were judged, also
-// when hand-built metadata spells the key twice ("Baggage" beside
-// "baggage", of which gRPC's own reads keep either).
+// behind the interceptor can extract the refused session again. A handler
+// without an accepted session reads the baggage lines that were judged,
+// also when hand-built metadata spells the key twice ("Baggage" beside
+// "baggage", of which each of gRPC's own reads keeps either); so does
+// every handler behind the interceptors alone. (Metadata from the wire
+// never spells a key twice: HTTP/2 refuses upper-case names.)
 // [WithUnauthenticated] instead fails every call without an accepted session
 // with codes.Unauthenticated, for services that must not run without one.
 // A stream is judged once, when it opens: its Context, and so every message

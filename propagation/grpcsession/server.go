@@ -198,7 +198,8 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 	} else if offered {
 		sessionevent.StrippedIfOffered(span, v.bag, v.lines, v.peer)
 	}
-	if offered {
+	switch {
+	case offered:
 		// As in serverContext: nothing behind the interceptor revives a
 		// refused session from the metadata.
 		md, _ := metadata.FromIncomingContext(out)
@@ -209,6 +210,21 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		carrier.Delete(baggageKey)
 		otelprop.Baggage{}.Inject(out, carrier)
 		out = metadata.NewIncomingContext(out, md)
+	case !hasSession && len(v.lines) > 0:
+		// Hand-built metadata can spell the key twice ("Baggage" beside
+		// "baggage"); the propagator judged one list, and the handler's own
+		// read may keep the other, never judged, which may hold a session.
+		// Each of gRPC's reads keeps either list, so no read here can tell:
+		// a call without a session always hands the handler a copy that
+		// holds the judged lines. (On the wire keys are lower-case: HTTP/2
+		// refuses any other. A call with an accepted session is not copied
+		// for it: whatever the handler reads, its context holds the judged
+		// session, and outgoing calls drop session members from forwarded
+		// metadata.)
+		if md, _ := metadata.FromIncomingContext(out); md != nil {
+			md[baggageKey] = v.lines
+			out = metadata.NewIncomingContext(out, md)
+		}
 	}
 	return c.finish(out, method, v.err, hasSession)
 }

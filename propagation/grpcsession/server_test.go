@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	otelprop "go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -281,23 +282,37 @@ func TestBaggageBinRefused(t *testing.T) {
 // Incoming metadata built by hand (an in-process call, a proxy) can hold
 // "Baggage" and "baggage" at once. metadata.FromIncomingContext lower-cases
 // them into one key and keeps either list, changing from call to call, so
-// the handler must read the lines the interceptor judged, not whichever
-// spelling its own read happens to keep: here an invalid line beside a
-// session member (found by FuzzServerMetadata). Map order varies, so the
-// call is repeated.
+// the handler must read the lines that were judged, not whichever spelling
+// its own read happens to keep: here an invalid line beside a session
+// member (found by FuzzServerMetadata). Both server configurations are
+// held to it: the interceptor alone, and an Edge whose propagator judged
+// the call inside otelgrpc's handler (given, as otelgrpc's copy may be,
+// the lower-case spelling's list). Map order varies, so each call is
+// repeated.
 func TestTwoSpellingsOfBaggageHandlerReadsWhatWasJudged(t *testing.T) {
-	interceptor := grpcsession.UnaryServerInterceptor(
-		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone)))
+	opts := []grpcsession.Option{
+		grpcsession.WithPropagator(otelprop.Baggage{}),
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone)),
+	}
+	edge := grpcsession.New(opts...)
 	info := &grpc.UnaryServerInfo{FullMethod: "/svc.v1.Svc/Call"}
-	for i := range 200 {
-		md := metadata.MD{"Baggage": {"session.chat_id=forged"}, "baggage": {"not a member"}}
-		if i%2 == 1 {
-			md = metadata.MD{"baggage": {"session.chat_id=forged"}, "Baggage": {"not a member"}}
+	for _, withEdge := range []bool{false, true} {
+		interceptor := grpcsession.UnaryServerInterceptor(opts...)
+		if withEdge {
+			interceptor = edge.UnaryServerInterceptor()
 		}
-		_, err := interceptor(metadata.NewIncomingContext(context.Background(), md), nil, info,
-			func(ctx context.Context, _ any) (any, error) {
+		for i := range 200 {
+			md := metadata.MD{"Baggage": {"session.chat_id=forged"}, "baggage": {"not a member"}}
+			if i%2 == 1 {
+				md = metadata.MD{"baggage": {"session.chat_id=forged"}, "Baggage": {"not a member"}}
+			}
+			ctx := metadata.NewIncomingContext(context.Background(), md)
+			if withEdge {
+				ctx = edge.Propagator().Extract(ctx, grpcsession.MetadataCarrier{"baggage": md["baggage"]})
+			}
+			_, err := interceptor(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
 				if _, st := otelsession.Lookup(ctx, otelsession.FieldChatID); st != otelsession.Unset {
-					t.Fatalf("call %d: an untrusted session was accepted", i)
+					t.Fatalf("edge %v, call %d: an untrusted session was accepted", withEdge, i)
 				}
 				seen, _ := metadata.FromIncomingContext(ctx)
 				for _, key := range []string{"baggage", "Baggage"} {
@@ -306,14 +321,15 @@ func TestTwoSpellingsOfBaggageHandlerReadsWhatWasJudged(t *testing.T) {
 				for k, lines := range seen {
 					for _, l := range lines {
 						if strings.Contains(l, "session.") {
-							t.Fatalf("call %d: the handler can read %q under %q", i, l, k)
+							t.Fatalf("edge %v, call %d: the handler can read %q under %q", withEdge, i, l, k)
 						}
 					}
 				}
 				return nil, nil
 			})
-		if err != nil {
-			t.Fatal(err)
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
