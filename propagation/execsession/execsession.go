@@ -183,7 +183,18 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 		}
 	}
 	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
-		decide(int(f)-1, fallback.Var{Name: varNames[f-1], Bound: st != otelsession.Unset, Value: v})
+		i := int(f) - 1
+		switch {
+		case st == otelsession.Unset && !seen[i].present:
+			// fallback.Decide's answer for a field neither bound nor
+			// inherited, whatever the latch: absent.
+		case st != otelsession.Unset && !seen[i].present:
+			// Its answer for a bound field: the bound value.
+			decided[i].value, decided[i].out = v, 2
+			size += len(varNames[i]) + 1 + len(v)
+		default:
+			decide(i, fallback.Var{Name: varNames[i], Bound: st != otelsession.Unset, Value: v})
+		}
 		return true
 	})
 	cwd := otelsession.Cwd(ctx)
