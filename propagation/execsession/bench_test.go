@@ -7,8 +7,10 @@ package execsession_test
 // Both start from the same context (a full session bound with Bind, and a
 // span) and the same os.Environ(); the baseline (path=raw) only injects the
 // carriers with envcar and appends them, with no leak policy and no legacy
-// variables. Environ_signed signs the session it sends (the parent's
-// outbound policy with a signer); its baselines are the same raw path, and
+// variables; path=raw_with_vars is what a program without sessionwire
+// must run to give the child the same environment: the raw path plus the
+// legacy HERMES_* variables, written from values it holds. Environ_signed
+// signs the session it sends (the parent's outbound policy with a signer); its baselines are the same raw path, and
 // path=raw_signed, the same signed bytes without sessionwire (the signature
 // computed with crypto/hmac over the Signer's input, added with
 // Baggage.SetMember; sessiontest.RawSigner).
@@ -16,6 +18,9 @@ package execsession_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +86,58 @@ func BenchmarkEnviron(b *testing.B) {
 	}
 	b.Run("Environ/path=raw", raw(nil))
 	b.Run("Environ/path=session", session(execsession.Config{Propagator: prop}))
+	// What a program without sessionwire runs to give the child the same
+	// environment: the raw path, plus the legacy variables a child of the
+	// original module reads (every bound field and the working directory),
+	// written from values the program already holds (read once, here, as
+	// from a struct of its own), and the inherited ones replaced.
+	var vars [][2]string
+	otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
+		if st != otelsession.Unset {
+			vars = append(vars, [2]string{f.Name(), v})
+		}
+		return true
+	})
+	vars = append(vars, [2]string{execsession.CwdVar, otelsession.Cwd(ctx)})
+	rawWithVars := func() []string {
+		inherited := os.Environ()
+		env := make([]string, 0, len(inherited)+len(vars)+3)
+		for _, kv := range inherited {
+			if !strings.HasPrefix(kv, "HERMES_") && !strings.HasPrefix(kv, execsession.CwdVar+"=") {
+				env = append(env, kv)
+			}
+		}
+		for _, kv := range vars {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+		m := make(map[string]string, 3)
+		prop.Inject(ctx, &envcar.Carrier{SetEnvFunc: func(k, v string) { m[k] = v }})
+		for k, v := range m {
+			env = append(env, k+"="+v)
+		}
+		return env
+	}
+	// The baseline must give the child what Environ gives it (the members
+	// of BAGGAGE in any order: OpenTelemetry writes them in map order).
+	normalized := func(env []string) []string {
+		env = slices.Clone(env)
+		for i, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "BAGGAGE="); ok {
+				env[i] = "BAGGAGE=" + strings.Join(slices.Sorted(strings.SplitSeq(v, ",")), ",")
+			}
+		}
+		return slices.Sorted(slices.Values(env))
+	}
+	if got, want := normalized(rawWithVars()), normalized(execsession.Config{Propagator: prop}.Environ(ctx, os.Environ())); !slices.Equal(got, want) {
+		b.Fatalf("path=raw_with_vars writes\n%q\nEnviron writes\n%q", got, want)
+	}
+	b.Run("Environ/path=raw_with_vars", func(b *testing.B) {
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkEnv = rawWithVars()
+		}
+	})
 	b.Run("Environ_signed/path=raw", raw(nil))
 	b.Run("Environ_signed/path=raw_signed", raw(sessiontest.NewRawSigner(key.ID, key.Secret, time.Now).Sign))
 	b.Run("Environ_signed/path=session", session(execsession.Config{Propagator: prop,
@@ -109,6 +166,23 @@ func BenchmarkEnviron(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkN = len(prop.Fields())
+		}
+	})
+	// For scale: starting a child with that environment and waiting for it
+	// (true(1), which does nothing) is what Environ prepares for.
+	b.Run("parts/start_and_wait_for_true", func(b *testing.B) {
+		path, err := exec.LookPath("true")
+		if err != nil {
+			b.Skip("no true(1) on this machine:", err)
+		}
+		env := execsession.Config{Propagator: prop}.Environ(ctx, os.Environ())
+		defer benchcpu.Time(b)()
+		for b.Loop() {
+			cmd := exec.Command(path)
+			cmd.Env = env
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("parts/os.Environ", func(b *testing.B) {
