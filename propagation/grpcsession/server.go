@@ -219,8 +219,10 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		// holds the judged lines. (On the wire keys are lower-case: HTTP/2
 		// refuses any other. A call with an accepted session is not copied
 		// for it: whatever the handler reads, its context holds the judged
-		// session, and outgoing calls drop session members from forwarded
-		// metadata.)
+		// session, and calls out through this package's client interceptors
+		// or Edge drop session members from forwarded metadata. The copy
+		// costs a call with only foreign baggage about 0.4 µs;
+		// BenchmarkSteps/server_foreign_baggage.)
 		if md, _ := metadata.FromIncomingContext(out); md != nil {
 			md[baggageKey] = v.lines
 			out = metadata.NewIncomingContext(out, md)

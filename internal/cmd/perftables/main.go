@@ -27,7 +27,7 @@ var pkgs = []struct{ dir, bench string }{
 	{"propagation/kafkasession", "."},
 	{"propagation/amqpsession", "."},
 	{"propagation/execsession", "^BenchmarkEnviron$/^Environ"},
-	{"propagation/grpcsession", "^BenchmarkSteps$"},
+	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|client)$"},
 }
 
 // A row is one operation beside its baseline; names are benchmark names
