@@ -53,6 +53,13 @@ func FuzzCheckReadsTheLineAsTheParserDoes(f *testing.F) {
 		"k=%zz,session.chat_id=a",
 		"session.ui_session_id=x,session.chat_id=a",
 		"session.bogus=x,session.chat_id=a",
+		// Lines that name no session key the scan can see.
+		"app.tenant=t-42,app.plan=pro,app.region=eu-west-1",
+		"app.a=1;session.chat_id=a",
+		"session.chat_id;p=1",
+		"Session.Chat_ID=a",
+		"\vsession.chat_id=a",
+		"app.a=%zz",
 	} {
 		f.Add(seed, false)
 		f.Add(seed, true)
@@ -109,3 +116,81 @@ func TestClassifyFindsEveryKeyByHash(t *testing.T) {
 		}
 	}
 }
+
+// TestHasSessionReadsAsItLooksUp holds hasSession's two ways of answering
+// to each other: reading every member of a small baggage, and looking every
+// session key up in a large one, for each key of the schema, strays and
+// near-misses of the session namespace, and baggages of every size around
+// smallBaggage.
+func TestHasSessionReadsAsItLooksUp(t *testing.T) {
+	session := map[string]bool{otelsession.AsyncDeliveryKey: true, otelsession.SignatureKey: true}
+	keys := []string{otelsession.AsyncDeliveryKey, otelsession.SignatureKey,
+		"session.bogus", "Session.chat_id", "session.chat_idx", "session.", "sessionx.chat_id", "app.session.chat_id"}
+	for _, f := range otelsession.Fields() {
+		session[f.Key()] = true
+		keys = append(keys, f.Key(), strings.ToUpper(f.Key()))
+	}
+	member := func(k string) baggage.Member {
+		m, err := baggage.NewMemberRaw(k, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, key := range keys {
+		for size := 1; size <= 2*smallBaggage+1; size++ {
+			ms := []baggage.Member{member(key)}
+			for i := 1; i < size; i++ {
+				ms = append(ms, member(fmt.Sprintf("app.k%d", i)))
+			}
+			b, err := baggage.New(ms...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byMember, byKey := hasSessionMember(b), hasSessionKey(b)
+			if byMember != byKey {
+				t.Fatalf("%q among %d members: reading the members says %v, looking the keys up %v", key, size, byMember, byKey)
+			}
+			if hasSession(b) != byKey {
+				t.Fatalf("%q among %d members: hasSession says %v, looking the keys up %v", key, size, hasSession(b), byKey)
+			}
+			if byKey != session[key] {
+				t.Fatalf("%q among %d members: hasSession says %v", key, size, byKey)
+			}
+		}
+	}
+}
+
+// BenchmarkHasSession measures hasSession's two ways on baggages without a
+// session, the answer that costs the most: smallBaggage is where reading the
+// members stops being cheaper than 21 look-ups.
+func BenchmarkHasSession(b *testing.B) {
+	for _, n := range []int{1, 2, 4, 6, 8} {
+		var ms []baggage.Member
+		for i := range n {
+			m, err := baggage.NewMemberRaw(fmt.Sprintf("app.key%d", i), fmt.Sprintf("value-%d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms = append(ms, m)
+		}
+		bag, err := baggage.New(ms...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("members=%d/read_members", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkHas = hasSessionMember(bag)
+			}
+		})
+		b.Run(fmt.Sprintf("members=%d/look_up_keys", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkHas = hasSessionKey(bag)
+			}
+		})
+	}
+}
+
+var sinkHas bool
