@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
@@ -345,27 +344,11 @@ func TrustSANs(sans ...string) propagation.TrustFunc {
 	}
 }
 
-// mentionsSession is a cheap over-approximation: it may say yes for lines
-// without a session member, never no for lines with one, in any spelling
-// (case-folded, percent-encoded, or with a non-ASCII letter that folds to
-// an ASCII one, as U+017F folds to "s").
+// mentionsSession reports whether any of lines may hold a session member
+// (sessionevent.Mentioned).
 func mentionsSession(lines []string) bool {
 	for _, v := range lines {
-		if strings.IndexByte(v, '%') >= 0 || containsFold(v, otelsession.KeyPrefix) {
-			return true
-		}
-		for i := 0; i < len(v); i++ {
-			if v[i] >= 0x80 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
+		if sessionevent.Mentioned(v) {
 			return true
 		}
 	}

@@ -150,27 +150,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
-// mentionsSession is a cheap over-approximation: it may say yes for a header
-// with no session member, never no for one that has one, in any spelling
-// (case-folded, percent-encoded).
+// mentionsSession reports whether a baggage header line of h may hold a
+// session member (sessionevent.Mentioned), under any spelling of the
+// header's name.
 func mentionsSession(h http.Header) bool {
 	for k, vs := range h {
 		if !strings.EqualFold(k, "baggage") {
 			continue
 		}
 		for _, v := range vs {
-			if strings.IndexByte(v, '%') >= 0 || containsFold(v, "session") {
+			if sessionevent.Mentioned(v) {
 				return true
 			}
-		}
-	}
-	return false
-}
-
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
-			return true
 		}
 	}
 	return false
