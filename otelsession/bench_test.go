@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
@@ -220,6 +222,48 @@ func BenchmarkLookup(b *testing.B) {
 			sinkStr = baggage.FromContext(ctx).Member(key).Value()
 		}
 	})
+
+	// The contexts a handler holds: Bind's under the span it starts, and a
+	// worker's after a consumer extracted the session (baggage that no
+	// otelsession writer built, so no record beside it), each beside the raw
+	// read of the same context.
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+	})
+	spanned := trace.ContextWithSpanContext(ctx, sc)
+	line := otelprop.MapCarrier{}
+	otelprop.Baggage{}.Inject(ctx, line)
+	extracted, _ := envCtx(nil)
+	extracted = trace.ContextWithSpanContext(otelprop.Baggage{}.Extract(extracted, line), sc)
+	if v, st := otelsession.Lookup(extracted, otelsession.FieldThreadID); st != otelsession.Set || v == "" {
+		b.Fatalf("the extracted context's thread is %q (%v)", v, st)
+	}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"under_span", spanned}, {"extracted", extracted}} {
+		b.Run(c.name+"/sessionwire/Lookup", func(b *testing.B) {
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkStr, sinkState = otelsession.Lookup(c.ctx, otelsession.FieldThreadID)
+			}
+		})
+		b.Run(c.name+"/sessionwire/Getenv", func(b *testing.B) {
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkStr = otelsession.Getenv(c.ctx, "HERMES_SESSION_THREAD_ID", "")
+			}
+		})
+		b.Run(c.name+"/baseline/baggage_Member_Value", func(b *testing.B) {
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkStr = baggage.FromContext(c.ctx).Member(key).Value()
+			}
+		})
+	}
 }
 
 func BenchmarkSnapshotAndReset(b *testing.B) {

@@ -27,7 +27,7 @@ var pkgs = []struct{ dir, bench string }{
 	{"propagation/kafkasession", "."},
 	{"propagation/amqpsession", "."},
 	{"propagation/execsession", "^BenchmarkEnviron$/^Environ"},
-	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|client)$"},
+	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|client)$"},
 }
 
 // A row is one operation beside its baseline; names are benchmark names
@@ -62,6 +62,8 @@ var tables = []table{
 		{"baseline: `context.WithValue` of a struct (no propagation at all)", "otelsession", "BenchmarkBind/baseline/context.WithValue_struct", ""},
 		{"`Lookup`, remote field", "otelsession", "BenchmarkLookup/sessionwire/Lookup", "BenchmarkLookup/baseline/baggage_Member_Value"},
 		{"`Getenv`, bound field", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkLookup/baseline/baggage_Member_Value"},
+		{"`Lookup`, remote field, a worker's context (extracted from a message, under a span)", "otelsession", "BenchmarkLookup/extracted/sessionwire/Lookup", "BenchmarkLookup/extracted/baseline/baggage_Member_Value"},
+		{"`Getenv`, bound field, a worker's context", "otelsession", "BenchmarkLookup/extracted/sessionwire/Getenv", "BenchmarkLookup/extracted/baseline/baggage_Member_Value"},
 		{"`Lookup`, local field", "otelsession", "BenchmarkLookup/sessionwire/Lookup_local_field", ""},
 		{"`Getenv`, Unset (falls back to the environment)", "otelsession", "BenchmarkLookup/sessionwire/Getenv_unset_fallback", ""},
 		{"baseline: `baggage.FromContext(ctx).Member(k).Value()`", "otelsession", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
@@ -99,6 +101,7 @@ var tables = []table{
 		{"gRPC server: `otelgrpc` given `ExceptBaggage` + the inbound policy", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_except_baggage+policy", "BenchmarkSteps/server/otelgrpc"},
 		{"gRPC server, `otelgrpc` given W3C too (baggage parsed twice)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/server/otelgrpc"},
 		{"gRPC server: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_edge_propagator", "BenchmarkSteps/server/otelgrpc"},
+		{"gRPC server, a call carrying only the application's own baggage: the `Edge` (recommended)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage/otelgrpc"},
 		{"gRPC client: `otelgrpc` given `ExceptBaggage` + the outbound policy", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_except_baggage+policy", "BenchmarkSteps/client/otelgrpc"},
 		{"gRPC client, `otelgrpc` given W3C too (baggage written twice)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/client/otelgrpc"},
 		{"gRPC client: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_edge_propagator", "BenchmarkSteps/client/otelgrpc"},
