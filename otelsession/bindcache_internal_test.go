@@ -25,7 +25,7 @@ func describe(ctx context.Context) string {
 	if l == nil {
 		l = &local{}
 	}
-	present, checked := checkedBaggage(ctx)
+	present, checked := checkedOf(ctx)
 	return fmt.Sprintf("%s | %q %v cwd=%q delegated=%v checked=%v,%v", strings.Join(ms, ","), l.vals, l.st, l.cwd, l.delegated, checked, present)
 }
 
@@ -200,27 +200,32 @@ func TestFieldByEnvMatchesTheTable(t *testing.T) {
 // not claim it.
 func TestCheckedBaggage(t *testing.T) {
 	ctx := Bind(context.Background(), Session{Platform: "telegram", ChatID: "c-checked"})
-	if present, ok := checkedBaggage(ctx); !ok || !present {
+	if present, ok := checkedOf(ctx); !ok || !present {
 		t.Fatalf("a bound context: checked %v, present %v", ok, present)
 	}
-	if n := testing.AllocsPerRun(100, func() { checkedBaggage(ctx) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { checkedOf(ctx) }); n != 0 {
 		t.Errorf("checkedBaggage allocates %.1f times", n)
 	}
 	b, _ := baggage.FromContext(ctx).SetMember(internalMember(t, "tenant", "acme"))
-	if _, ok := checkedBaggage(baggage.ContextWithBaggage(ctx, b)); ok {
+	if _, ok := checkedOf(baggage.ContextWithBaggage(ctx, b)); ok {
 		t.Error("a baggage replaced after Bind is still claimed checked")
 	}
-	if present, ok := checkedBaggage(With(ctx, FieldCronAutoDeliverChatID, "x")); !ok || !present {
+	if present, ok := checkedOf(With(ctx, FieldCronAutoDeliverChatID, "x")); !ok || !present {
 		t.Errorf("With over a checked session, all of it checked: checked %v, present %v", ok, present)
 	}
 	bad, _ := baggage.FromContext(ctx).SetMember(internalMember(t, "session.thread_id", "1\n2"))
-	if _, ok := checkedBaggage(With(baggage.ContextWithBaggage(ctx, bad), FieldCronAutoDeliverChatID, "x")); ok {
+	if _, ok := checkedOf(With(baggage.ContextWithBaggage(ctx, bad), FieldCronAutoDeliverChatID, "x")); ok {
 		t.Error("With kept a member nobody checked, and claims the baggage checked")
 	}
-	if present, ok := checkedBaggage(Reset(baggage.ContextWithBaggage(ctx, b))); !ok || present {
+	if present, ok := checkedOf(Reset(baggage.ContextWithBaggage(ctx, b))); !ok || present {
 		t.Errorf("Reset over a member of the application: checked %v, present %v", ok, present)
 	}
 	if sessionstate.BaggageID(b) == 0 {
 		t.Error("baggage.Baggage is no longer a single map: the outbound fast path is off")
 	}
+}
+
+// checkedOf is checkedBaggage of ctx's own baggage.
+func checkedOf(ctx context.Context) (present, ok bool) {
+	return checkedBaggage(ctx, baggage.FromContext(ctx))
 }

@@ -118,11 +118,11 @@ var localIndex = func() (t [numFields]int8) {
 	return t
 }()
 
-// checkedBaggage reports whether ctx's baggage is the one its local state
-// records as checked, and whether it holds a session member.
-func checkedBaggage(ctx context.Context) (present, ok bool) {
+// checkedBaggage reports whether b, ctx's baggage, is the one ctx's local
+// state records as checked, and whether it holds a session member.
+func checkedBaggage(ctx context.Context, b baggage.Baggage) (present, ok bool) {
 	l := localFrom(ctx)
-	if l == nil || !sameBaggage(baggage.FromContext(ctx), l.checked) {
+	if l == nil || !sameBaggage(b, l.checked) {
 		return false, false
 	}
 	return l.checkedPresent, true

@@ -27,6 +27,9 @@ func stripCarrier(c otelprop.TextMapCarrier) int {
 	case otelprop.HeaderCarrier:
 		return stripHeader(http.Header(h))
 	case otelprop.MapCarrier:
+		if len(h) == 0 {
+			return 0
+		}
 		var keys []string
 		for k := range h {
 			if strings.EqualFold(k, baggageHeader) {

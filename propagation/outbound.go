@@ -253,32 +253,32 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 	if prop == nil {
 		prop = otel.GetTextMapPropagator()
 	}
-	var errs []error
 	if carrier == nil {
 		return ctx, fmt.Errorf("send session to %s %q: nil carrier", d.Transport, d.Name)
 	}
-	if n := stripCarrier(carrier); n > 0 {
-		sessionmetrics.Prewritten(d.Transport, n)
-		if o != nil {
-			o.n.prewritten.Add(uint64(n))
-		}
+	o.stripPrewritten(carrier, d)
+	b := baggage.FromContext(ctx)
+	if b.Len() == 0 {
+		// No baggage at all (most background work): nothing to decide,
+		// strip from the context or sign.
+		prop.Inject(ctx, carrier)
+		return ctx, nil
 	}
 	// A baggage an otelsession writer built and validated, untouched since,
 	// needs no second reading: it has no stray key, no refused value and no
 	// signature.
-	checkedPresent, checked := sessionstate.Checked(ctx)
-	var b baggage.Baggage
+	checkedPresent, checked := sessionstate.Checked(ctx, b)
 	had := checkedPresent
 	if !checked {
-		b = baggage.FromContext(ctx)
 		had = hasSession(b)
 	}
+	var errs []error
 	out, sent, signed, invalid := ctx, false, false, false
 	var appendSigner *Signer // signs after the injection, into the carrier
 	switch {
-	case !had && (checked || b.Len() == 0):
-		// No baggage at all, or one Bind built without a session: there is
-		// nothing to decide, strip or sign.
+	case !had && checked:
+		// A baggage Bind built without a session: there is nothing to
+		// decide, strip or sign.
 	case o.Allows(ctx, d):
 		present, strays, err := checkedPresent, false, error(nil)
 		if !checked {
@@ -336,6 +336,17 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 		return out, fmt.Errorf("send session to %s %q: %w", d.Transport, d.Name, err)
 	}
 	return out, nil
+}
+
+// stripPrewritten removes from carrier the session members something wrote
+// there before the policy ran, and counts them.
+func (o *Outbound) stripPrewritten(carrier otelprop.TextMapCarrier, d Dest) {
+	if n := stripCarrier(carrier); n > 0 {
+		sessionmetrics.Prewritten(d.Transport, n)
+		if o != nil {
+			o.n.prewritten.Add(uint64(n))
+		}
+	}
 }
 
 func (o *Outbound) count(sent, signed, invalid bool) {

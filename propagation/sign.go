@@ -215,7 +215,7 @@ func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context
 	if err != nil { // cannot happen: the key is a constant token, the value base64url
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}
-	_, checked := sessionstate.Checked(ctx)
+	_, checked := sessionstate.Checked(ctx, b)
 	if err := fitsWith(b, m, &vals, checked); err != nil {
 		return withoutSignature(ctx), fmt.Errorf("sign session: %w", err)
 	}

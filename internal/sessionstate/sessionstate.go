@@ -7,12 +7,12 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 )
 
-// Checked reports, when ok, that ctx's baggage is exactly what an
-// otelsession writer built from values it validated (no refused value, no
-// stray key in the session namespace, no signature), and whether that
-// baggage holds any session member (present). ok false means nothing is
+// Checked reports, when ok, that b, the baggage the caller read from ctx, is
+// exactly what an otelsession writer built from values it validated (no
+// refused value, no stray key in the session namespace, no signature), and
+// whether it holds any session member (present). ok false means nothing is
 // known: the caller checks the baggage itself. Set by otelsession's init.
-var Checked = func(context.Context) (present, ok bool) { return false, false }
+var Checked = func(ctx context.Context, b baggage.Baggage) (present, ok bool) { return false, false }
 
 // HasLocal reports whether ctx holds session state that lives beside the
 // baggage (local fields, the working directory, the delegated-child mark,
