@@ -48,7 +48,7 @@ func StrippedIfOffered(span trace.Span, accepted baggage.Baggage, lines []string
 // offered reports whether lines hold a session member.
 func offered(lines []string) bool {
 	for _, l := range lines {
-		if !strings.Contains(strings.ToLower(l), "session") {
+		if !Mentioned(l) {
 			continue
 		}
 		if b, err := baggage.Parse(l); err == nil && propagation.HasSession(b) {
