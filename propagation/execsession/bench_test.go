@@ -10,8 +10,8 @@ package execsession_test
 // variables; path=raw_with_vars is what a program without sessionwire
 // must run to give the child the same environment: the raw path plus the
 // legacy HERMES_* variables, written from values it holds. Environ_signed
-// signs the session it sends (the parent's outbound policy with a signer); its baselines are the same raw path, and
-// path=raw_signed, the same signed bytes without sessionwire (the signature
+// signs the session it sends (the parent's outbound policy with a signer);
+// its baselines are the same raw path, and path=raw_signed, the same signed bytes without sessionwire (the signature
 // computed with crypto/hmac over the Signer's input, added with
 // Baggage.SetMember; sessiontest.RawSigner).
 

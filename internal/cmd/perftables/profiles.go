@@ -78,7 +78,7 @@ var profiles = []profile{
 	{
 		file: "grpc_server_steps.txt", title: "the gRPC server step, recommended configuration (otelgrpc given the Edge's propagator, then the Edge's interceptor)",
 		pkg: "propagation/grpcsession", bench: `^BenchmarkSteps$/^server$/^otelgrpc_given_edge_propagator$`,
-		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession_test\.BenchmarkSteps\.func\d+$`, // the step's loop
+		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession_test\.BenchmarkSteps\.func[\d.]+$`, // the step's loop (a closure edgeStep returns)
 		parts: []part{
 			{"the Edge's propagator, inside otelgrpc's extraction", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.edgePropagator\.Extract$`},
 			{"  of which Inbound.Extract", `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`},
