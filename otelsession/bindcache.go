@@ -200,7 +200,7 @@ func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, boo
 		loc = &l
 	}
 	bindHits.Add(1)
-	return context.WithValue(baggage.ContextWithBaggage(ctx, b), localKey{}, loc), true
+	return withLocal(baggage.ContextWithBaggage(ctx, b), loc), true
 }
 
 // baggage returns the entry's baggage with message id msgID.
@@ -229,7 +229,7 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 		return nil, false
 	}
 	next := &builtBaggage{msgID: msgID, b: b, own: *last.loc}
-	next.own.checked = b
+	next.own.rec.B = b
 	next.own.setRemote(int(FieldMessageID)-1, v)
 	next.loc = &next.own
 	ent.last.Store(next)
@@ -262,7 +262,7 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	}
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
-	if l == nil || l.delegated || !sameBaggage(l.checked, b) {
+	if l == nil || l.delegated || !sameBaggage(l.rec.B, b) {
 		return
 	}
 	// Exactly the members e sets, and within the cheap bound of fit.

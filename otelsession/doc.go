@@ -106,7 +106,12 @@
 //
 // The context's baggage is the truth for remote fields: baggage built by any
 // code (a stock propagator, baggage.ContextWithBaggage) reads back through
-// Lookup; nothing read is cached beside it. Members outside the session
+// Lookup. A baggage that a writer of this package built, or that an inbound
+// policy of package propagation accepted, is read from the record its
+// builder left in the context beside it, once the record is known to
+// describe the very map the context holds: a baggage never changes, so its
+// record cannot go stale, and any other baggage (replaced by other code,
+// even with the same members) is looked up member by member. Members outside the session
 // namespace pass through Bind, Clear and Reset untouched, and the session's
 // own members are written in one pass (one baggage.New, never one map copy
 // per field).

@@ -9,13 +9,14 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
-// Range and RangeFields read a baggage a writer built from the writer's own
-// record of it instead of looking each field up. Whatever sequence of
-// writes, and of baggage replaced behind the library's back, led to a
-// context, they must see exactly what a look-up of every field sees.
+// Lookup, Getenv, Range and RangeFields read a baggage a writer built from
+// the writer's own record of it instead of looking each field up. Whatever
+// sequence of writes, and of baggage replaced behind the library's back, led
+// to a context, they must see exactly what the baggage's members say.
 func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 15))
 	fields := otelsession.Fields()
@@ -89,6 +90,7 @@ func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
 			return baggage.ContextWithBaggage(ctx, b)
 		}},
 	}
+	recorded := 0
 	for run := range 300 {
 		ctx := context.Background()
 		var trail []string
@@ -96,10 +98,21 @@ func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
 			s := steps[rng.IntN(len(steps))]
 			ctx = s.do(t, ctx)
 			trail = append(trail, s.name)
+			if sessionstate.RecordOf(ctx, baggage.FromContext(ctx)) != nil {
+				recorded++
+			}
 			want := map[otelsession.Field]string{}
 			for _, f := range fields {
-				v, st := otelsession.Lookup(ctx, f)
+				v, st := rawState(ctx, f)
 				want[f] = fmt.Sprintf("%q %v", v, st)
+				if got, gst := otelsession.Lookup(ctx, f); fmt.Sprintf("%q %v", got, gst) != want[f] {
+					t.Fatalf("run %d, after %v: Lookup gives %s = %q %v, the baggage %s", run, trail, f, got, gst, want[f])
+				}
+				if st != otelsession.Unset {
+					if got := otelsession.Getenv(ctx, f.Name(), "unset"); got != v {
+						t.Fatalf("run %d, after %v: Getenv gives %s = %q, the baggage %s", run, trail, f, got, want[f])
+					}
+				}
 			}
 			otelsession.Range(ctx, func(f otelsession.Field, v string, st otelsession.State) bool {
 				if got := fmt.Sprintf("%q %v", v, st); got != want[f] {
@@ -114,5 +127,27 @@ func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
 				return true
 			})
 		}
+	}
+	if recorded == 0 {
+		t.Error("no context had a record: the test did not read through one")
+	}
+	t.Logf("%d contexts read through a record", recorded)
+}
+
+// rawState is f's value and state by the definition: a remote field's member
+// in the baggage (absent Unset, empty or the Cleared marker Cleared), a local
+// field's from Lookup, which reads it from beside the baggage.
+func rawState(ctx context.Context, f otelsession.Field) (string, otelsession.State) {
+	if !f.Spec().Baggage() {
+		return otelsession.Lookup(ctx, f)
+	}
+	m := baggage.FromContext(ctx).Member(f.Key())
+	switch v := m.Value(); {
+	case m.Key() == "":
+		return "", otelsession.Unset
+	case v == "" || v == otelsession.ClearedValue:
+		return "", otelsession.Cleared
+	default:
+		return v, otelsession.Set
 	}
 }

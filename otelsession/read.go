@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sessionwire/sessionwire/fallback"
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 )
 
 // Lookup returns the value and state of f in ctx. A remote field is read from
@@ -15,6 +16,11 @@ import (
 // read from the context's local session state and never from baggage. The
 // value is "" unless the state is Set. Lookup does not fall back to the
 // environment; [Getenv] does.
+//
+// A baggage that a writer of this package built, or that an inbound policy
+// of package propagation accepted, is read from the record its builder left
+// in the context beside it, without a look-up in OpenTelemetry's map; any
+// other is looked up.
 func Lookup(ctx context.Context, f Field) (string, State) {
 	if !f.Valid() {
 		return "", Unset
@@ -22,7 +28,11 @@ func Lookup(ctx context.Context, f Field) (string, State) {
 	if j := localIndex[f-1]; j >= 0 {
 		return localState(ctx, j)
 	}
-	return memberState(baggage.FromContext(ctx), fieldKeys[f-1])
+	b := baggage.FromContext(ctx)
+	if r := sessionstate.RecordOf(ctx, b); r != nil {
+		return r.Val[f-1], State(r.St[f-1])
+	}
+	return memberState(b, fieldKeys[f-1])
 }
 
 // localState reads the local field in slot j of ctx's local state.
@@ -66,13 +76,20 @@ func Getenv(ctx context.Context, name, def string) string {
 				return v
 			}
 		} else {
-			// memberState's cases, as Getenv needs them.
-			m := baggage.FromContext(ctx).Member(e.key)
-			switch v := m.Value(); {
-			case v == ClearedValue:
-				return "" // Cleared
-			case v != "" || m.Key() != "":
-				return v // Set, or Cleared by an empty value
+			b := baggage.FromContext(ctx)
+			if r := sessionstate.RecordOf(ctx, b); r != nil {
+				if r.St[e.f-1] != sessionstate.Unset {
+					return r.Val[e.f-1]
+				}
+			} else {
+				// memberState's cases, as Getenv needs them.
+				m := b.Member(e.key)
+				switch v := m.Value(); {
+				case v == ClearedValue:
+					return "" // Cleared
+				case v != "" || m.Key() != "":
+					return v // Set, or Cleared by an empty value
+				}
 			}
 		}
 	}
@@ -189,10 +206,10 @@ func declaredStateless(ctx context.Context) bool {
 func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
-	// A baggage a writer built and recorded is read from that record, with
-	// no look-up at all; otherwise, once every member of b has been found,
-	// the fields left are Unset without a look-up.
-	rec := l != nil && b.Len() > 0 && sameBaggage(b, l.checked)
+	// A baggage with a record (a writer's, an inbound policy's) is read from
+	// it, with no look-up at all; otherwise, once every member of b has been
+	// found, the fields left are Unset without a look-up.
+	rec := recordOf(ctx, b, l)
 	found, n := 0, b.Len()
 	for i := range numFields {
 		var v string
@@ -201,8 +218,8 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 			if l != nil {
 				v, st = l.vals[j], l.st[j]
 			}
-		} else if rec {
-			v, st = l.remote[i], l.remoteSt[i]
+		} else if rec != nil {
+			v, st = rec.Val[i], State(rec.St[i])
 		} else if found < n {
 			if v, st = memberState(b, fieldKeys[i]); st != Unset {
 				found++
@@ -222,7 +239,7 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
 	n := b.Len()
-	rec := l != nil && n > 0 && sameBaggage(b, l.checked) // as in Range
+	rec := recordOf(ctx, b, l) // as in Range
 	for _, f := range fields {
 		if !f.Valid() {
 			continue
@@ -233,8 +250,8 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 			if l != nil {
 				v, st = l.vals[j], l.st[j]
 			}
-		} else if rec {
-			v, st = l.remote[f-1], l.remoteSt[f-1]
+		} else if rec != nil {
+			v, st = rec.Val[f-1], State(rec.St[f-1])
 		} else if n > 0 {
 			v, st = memberState(b, fieldKeys[f-1])
 		}

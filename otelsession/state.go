@@ -63,38 +63,53 @@ type local struct {
 	st        [numLocal]State
 	cwd       string
 	delegated bool
-	// checked is the baggage the writer that wrote this local state built
+	// rec.B is the baggage the writer that wrote this local state built
 	// from values it validated, nothing of the session kept unchecked from
 	// the context before it (nil map: none). While the context's baggage is
 	// this very map (baggage maps are immutable), outbound policies need not
-	// check it again; once any code replaces the baggage, it is not.
-	checked baggage.Baggage
-	// checkedPresent is whether checked holds any session member.
+	// check it again; once any code replaces the baggage, it is not. The
+	// record holds the value and state of every remote field in it, written
+	// whenever rec.B is: while the context's baggage is rec.B, readers take
+	// them here instead of looking each field up in the baggage.
+	rec sessionstate.Record
+	// checkedPresent is whether rec.B holds any session member.
 	checkedPresent bool
-	// remote and remoteSt are the value and state of every remote field in
-	// checked, by field index (the local fields' slots stay empty), written
-	// whenever checked is: while the context's baggage is checked, Range
-	// reads them here instead of looking each field up in the baggage.
-	remote   [numFields]string
-	remoteSt [numFields]State
 }
 
 // setRemote records v, as the baggage holds it (ClearedValue for Cleared),
-// as field index i's value in checked.
-func (l *local) setRemote(i int, v string) {
-	switch v {
-	case "", ClearedValue:
-		l.remote[i], l.remoteSt[i] = "", Cleared
-	default:
-		l.remote[i], l.remoteSt[i] = v, Set
-	}
-}
+// as field index i's value in rec.B.
+func (l *local) setRemote(i int, v string) { l.rec.SetFromBaggage(i, v) }
 
 type localKey struct{}
 
 func localFrom(ctx context.Context) *local {
 	l, _ := ctx.Value(localKey{}).(*local)
 	return l
+}
+
+// localContext is its parent holding a local state: what context.WithValue
+// of localKey{} would build, that also answers with the state's record of
+// its baggage (sessionstate.RecordOf), which Lookup and Getenv read instead
+// of looking a field up. A state that records no baggage leaves the
+// question to the parent, whose record (an inbound policy's, say) may still
+// describe the context's baggage: a write of local fields alone keeps it.
+type localContext struct {
+	context.Context
+	l *local
+}
+
+func withLocal(parent context.Context, l *local) context.Context {
+	return &localContext{parent, l}
+}
+
+func (c *localContext) Value(key any) any {
+	switch {
+	case key == localKey{}:
+		return c.l
+	case sessionstate.IsRecordKey(key) && c.l.rec.B.Len() > 0:
+		return &c.l.rec
+	}
+	return c.Context.Value(key)
 }
 
 // numLocal is the number of Local fields; localIndex maps a field to its slot
@@ -122,7 +137,7 @@ var localIndex = func() (t [numFields]int8) {
 // state records as checked, and whether it holds a session member.
 func checkedBaggage(ctx context.Context, b baggage.Baggage) (present, ok bool) {
 	l := localFrom(ctx)
-	if l == nil || !sameBaggage(b, l.checked) {
+	if l == nil || !sameBaggage(b, l.rec.B) {
 		return false, false
 	}
 	return l.checkedPresent, true
@@ -134,4 +149,22 @@ func sameBaggage(a, b baggage.Baggage) bool { return sessionstate.SameBaggage(a,
 func init() {
 	sessionstate.Checked = checkedBaggage
 	sessionstate.HasLocal = func(ctx context.Context) bool { return localFrom(ctx) != nil }
+}
+
+// The record's arrays are the field table's, and its states are State's:
+// each index below is a compile-time constant that must be 0.
+var (
+	_ = [1]struct{}{}[NumFields-sessionstate.NumFields]
+	_ = [1]struct{}{}[uint8(Unset)-sessionstate.Unset]
+	_ = [1]struct{}{}[uint8(Cleared)-sessionstate.Cleared]
+	_ = [1]struct{}{}[uint8(Set)-sessionstate.Set]
+)
+
+// recordOf returns the record of b, ctx's baggage: l's when l, ctx's local
+// state, recorded b, else the one ctx holds, nil when neither.
+func recordOf(ctx context.Context, b baggage.Baggage, l *local) *sessionstate.Record {
+	if l != nil && sameBaggage(b, l.rec.B) {
+		return &l.rec
+	}
+	return sessionstate.RecordOf(ctx, b)
 }

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
+
 	"github.com/sessionwire/sessionwire/fallback"
 	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
 )
@@ -323,7 +325,7 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 	if remote {
 		old := baggage.FromContext(ctx)
 		oldLocal := localFrom(ctx)
-		oldChecked = oldLocal != nil && sameBaggage(old, oldLocal.checked)
+		oldChecked = oldLocal != nil && sameBaggage(old, oldLocal.rec.B)
 		b, kept, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
@@ -370,25 +372,25 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		l.delegated = l.delegated || e.delegate
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
-			l.checked, l.checkedPresent = checked, present
+			l.rec.B, l.checkedPresent = checked, present
 			if checked.Len() > 0 {
 				// What checked holds: the fields this edit wrote, over those
 				// kept from the checked baggage before it, whose record l
 				// copied; without one, nothing was kept.
 				if !oldChecked {
-					l.remote, l.remoteSt = [numFields]string{}, [numFields]State{}
+					l.rec.Val, l.rec.St = [numFields]string{}, [numFields]uint8{}
 				}
 				for _, f := range remoteFields {
 					switch i := int(f) - 1; e.op[i] {
 					case opUnset:
-						l.remote[i], l.remoteSt[i] = "", Unset
+						l.rec.Val[i], l.rec.St[i] = "", sessionstate.Unset
 					case opSet:
 						l.setRemote(i, e.val[i])
 					}
 				}
 			}
 		}
-		ctx = context.WithValue(ctx, localKey{}, &l)
+		ctx = withLocal(ctx, &l)
 	}
 	return ctx
 }

@@ -3,6 +3,7 @@ package sessionstate
 import (
 	"context"
 	"reflect"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -21,15 +22,22 @@ var Checked = func(ctx context.Context, b baggage.Baggage) (present, ok bool) { 
 var HasLocal = func(context.Context) bool { return false }
 
 // BaggageID is the address of b's map, 0 when it has none. baggage.Baggage
-// hides its map and has no identity method; reflect reads the map's address
-// without touching its contents. Baggage is immutable, so two baggages with
-// one ID hold the same members. Should the type ever stop being a single
-// map, every ID is 0 and no two baggages are ever known to be the same.
+// hides its map and has no identity method. Baggage is immutable, so two
+// baggages with one ID hold the same members. Should the type ever stop
+// being a single map, every ID is 0 and no two baggages are ever known to
+// be the same.
+//
+// A struct whose one field is a map is, in memory, that map's pointer (the
+// layout mapBaggage checks with reflect at start-up), so the ID is read as
+// that word: what reflect's Value.Pointer returns for the field
+// (TestBaggageIDIsTheMapPointer), at the cost of one load instead of about
+// 5 ns, which a Lookup of 50 ns would feel. The word is never turned back
+// into a pointer.
 func BaggageID(b baggage.Baggage) uintptr {
 	if !mapBaggage {
 		return 0
 	}
-	return reflect.ValueOf(b).Field(0).Pointer()
+	return *(*uintptr)(unsafe.Pointer(&b))
 }
 
 // SameBaggage reports whether a and b are known to share one map.
@@ -40,5 +48,6 @@ func SameBaggage(a, b baggage.Baggage) bool {
 
 var mapBaggage = func() bool {
 	t := reflect.TypeFor[baggage.Baggage]()
-	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map
+	return t.Kind() == reflect.Struct && t.NumField() == 1 && t.Field(0).Type.Kind() == reflect.Map &&
+		t.Size() == unsafe.Sizeof(uintptr(0))
 }()

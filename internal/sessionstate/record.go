@@ -1,0 +1,87 @@
+package sessionstate
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/baggage"
+)
+
+// NumFields is otelsession.NumFields, the length of a Record's arrays
+// (otelsession does not compile when the two differ).
+const NumFields = 25
+
+// The states a Record holds, as otelsession.State numbers them.
+const (
+	Unset uint8 = iota
+	Cleared
+	Set
+)
+
+// ClearedValue is otelsession.ClearedValue, the member value of a Cleared
+// field.
+const ClearedValue = "\x00"
+
+// Record is what one baggage holds of the session's remote fields, written
+// by the code that built or accepted that baggage (an otelsession writer,
+// an inbound policy) from the values it had in hand, so that otelsession's
+// reads need not look each field up in OpenTelemetry's map. It describes B
+// and nothing else: it says nothing of the local fields, nor whether B was
+// validated (that is Checked's). A context answers the record key
+// (IsRecordKey) with its record; a record is never modified once a context
+// holds it.
+type Record struct {
+	B   baggage.Baggage   // the baggage described
+	Val [NumFields]string // by field index: the value when St is Set, else ""
+	St  [NumFields]uint8  // by field index: Unset, Cleared or Set
+}
+
+// SetFromBaggage records v, a member value as the baggage holds it, as field
+// index i's: "" or ClearedValue is Cleared, anything else Set.
+func (r *Record) SetFromBaggage(i int, v string) {
+	switch v {
+	case "", ClearedValue:
+		r.Val[i], r.St[i] = "", Cleared
+	default:
+		r.Val[i], r.St[i] = v, Set
+	}
+}
+
+type recordKey struct{}
+
+// IsRecordKey reports whether key is the one a context holding a *Record
+// answers with it (as RecordContext does).
+func IsRecordKey(key any) bool {
+	_, ok := key.(recordKey)
+	return ok
+}
+
+// RecordOf returns the record ctx holds of b, ctx's baggage, nil when the
+// nearest record in ctx describes another baggage (code replaced the
+// baggage since) or there is none. A baggage never changes, so a record of
+// the very same map is exact.
+func RecordOf(ctx context.Context, b baggage.Baggage) *Record {
+	id := BaggageID(b)
+	if id == 0 {
+		return nil
+	}
+	if r, _ := ctx.Value(recordKey{}).(*Record); r != nil && BaggageID(r.B) == id {
+		return r
+	}
+	return nil
+}
+
+// RecordContext is its parent holding R: what context.WithValue of the
+// record key and &R would build, in one allocation instead of two. Fill R
+// before handing the context on.
+type RecordContext struct {
+	context.Context
+	R Record
+}
+
+// Value answers the record key with the record.
+func (c *RecordContext) Value(key any) any {
+	if IsRecordKey(key) {
+		return &c.R
+	}
+	return c.Context.Value(key)
+}

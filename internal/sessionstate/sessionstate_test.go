@@ -1,0 +1,64 @@
+package sessionstate
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+)
+
+// BaggageID reads the map's address as the one word of a Baggage; it must
+// be what reflect says the map field's pointer is, for every baggage,
+// whatever OpenTelemetry's version.
+func TestBaggageIDIsTheMapPointer(t *testing.T) {
+	if !mapBaggage {
+		t.Fatal("baggage.Baggage is no longer a single map: every BaggageID is 0 and no record is ever used")
+	}
+	one, err := baggage.Parse("a=1,session.chat_id=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := baggage.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := one.DeleteMember("a")
+	for name, b := range map[string]baggage.Baggage{"zero": {}, "empty": empty, "one": one, "derived": two} {
+		if got, want := BaggageID(b), reflect.ValueOf(b).Field(0).Pointer(); got != want {
+			t.Errorf("%s: BaggageID %#x, the map's pointer %#x", name, got, want)
+		}
+	}
+	if BaggageID(one) == 0 || BaggageID(one) == BaggageID(two) {
+		t.Error("two maps are not told apart")
+	}
+}
+
+// A context's record is returned for its own baggage only (not for another
+// map of the same members), and the nearest record of a context is the one
+// it holds.
+func TestRecordOf(t *testing.T) {
+	b, _ := baggage.Parse("session.chat_id=c")
+	other, _ := baggage.Parse("session.chat_id=c")
+	rc := &RecordContext{Context: context.Background()}
+	rc.R.B = b
+	rc.R.SetFromBaggage(0, "c")
+	var ctx context.Context = rc
+	if RecordOf(ctx, b) != &rc.R {
+		t.Fatal("the context's record of b is not found")
+	}
+	if RecordOf(ctx, other) != nil {
+		t.Fatal("a baggage of the same members but another map found b's record")
+	}
+	if RecordOf(ctx, baggage.Baggage{}) != nil || RecordOf(context.Background(), b) != nil {
+		t.Fatal("a record was found where there is none")
+	}
+	over := &RecordContext{Context: context.WithValue(ctx, struct{}{}, 1)}
+	over.R.B = other
+	if RecordOf(over, b) != nil || RecordOf(over, other) != &over.R {
+		t.Fatal("the nearest record is not the one returned")
+	}
+	if over.Value(struct{}{}) != 1 {
+		t.Fatal("RecordContext does not pass other keys to its parent")
+	}
+}
