@@ -3,6 +3,7 @@ package propagation_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -96,6 +97,11 @@ func FuzzExtract(f *testing.F) {
 				t.Fatalf("refused (%v) but %s is present", err, otelsession.SignatureKey)
 			}
 		} else {
+			// The reads take an accepted session from the record the policy
+			// left beside it: it must say what the baggage itself holds.
+			if members := membersSeen(ctx); !maps.Equal(got, members) {
+				t.Fatalf("the session's reads give %v, its baggage holds %v", got, members)
+			}
 			raw := sessionSeen(otelprop.Baggage{}.Extract(context.Background(), otelprop.HeaderCarrier(header)))
 			for _, f := range otelsession.Fields() {
 				v := got[f]

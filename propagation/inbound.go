@@ -293,7 +293,38 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// Cut after the signature was verified over what was sent.
 		ctx = p.normalizeDisplay(ctx, in.display)
 	}
-	return ctx, nil
+	return in.withRecord(ctx), nil
+}
+
+// withRecord returns ctx holding the record of what its baggage, an
+// accepted session's, holds of the session's fields: the values the check
+// read (and, for a display value that was cut, the baggage's own). Lookup,
+// Getenv and the span and log processors then read the session from it
+// instead of looking each field up (sessionstate.Record): a worker reads
+// the session of the message it handles again and again. The record is
+// kept apart from the one that lets an outbound policy skip its check
+// (sessionstate.Checked): it says what the baggage holds, not that an
+// otelsession writer built it.
+func (in *inboundSession) withRecord(ctx context.Context) context.Context {
+	b := baggage.FromContext(ctx)
+	rc := &sessionstate.RecordContext{Context: ctx}
+	r := &rc.R
+	r.B = b
+	for i := range fieldKeys {
+		if pos := signedPos[i]; pos >= 0 && in.vals[pos].ok {
+			r.SetFromBaggage(i, in.vals[pos].v)
+		}
+	}
+	for _, d := range in.display {
+		if c := classify(d.key); c != nil && c.spec.Field != 0 {
+			i := int(c.spec.Field) - 1
+			r.Val[i], r.St[i] = "", sessionstate.Unset
+			if m := b.Member(d.key); m.Key() != "" {
+				r.SetFromBaggage(i, m.Value())
+			}
+		}
+	}
+	return rc
 }
 
 // singleValued reports whether no entry of h has more than one value.

@@ -87,6 +87,30 @@ func sessionSeen(ctx context.Context) map[otelsession.Field]fieldSeen {
 	return m
 }
 
+// membersSeen is sessionSeen by the definition, each remote field read from
+// its member of the baggage (absent Unset, empty or the Cleared marker
+// Cleared), without the record the reads use when there is one.
+func membersSeen(ctx context.Context) map[otelsession.Field]fieldSeen {
+	m := make(map[otelsession.Field]fieldSeen)
+	b := baggage.FromContext(ctx)
+	for _, f := range otelsession.Fields() {
+		if f.Scope() == otelsession.Local {
+			v, st := otelsession.Lookup(ctx, f)
+			m[f] = fieldSeen{st, v}
+			continue
+		}
+		switch mem := b.Member(f.Key()); {
+		case mem.Key() == "":
+			m[f] = fieldSeen{otelsession.Unset, ""}
+		case mem.Value() == "" || mem.Value() == otelsession.ClearedValue:
+			m[f] = fieldSeen{otelsession.Cleared, ""}
+		default:
+			m[f] = fieldSeen{otelsession.Set, mem.Value()}
+		}
+	}
+	return m
+}
+
 // isSessionMemberKey: the session namespace is owned, whatever the spelling.
 func isSessionMemberKey(key string) bool { return otelsession.OwnedKey(key) }
 

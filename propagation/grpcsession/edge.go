@@ -192,7 +192,22 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// otelgrpc's carrier has no Values method, so the W3C propagator parses
 	// the one line once; any other carrier is Inbound.Extract's to judge.
 	out, err := c.inbound.Extract(ctx, c.propagator(), carrier, pr)
-	return context.WithValue(out, verdictKey{}, &verdict{c: c, err: err, bag: baggage.FromContext(out), lines: lines, peer: pr})
+	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: baggage.FromContext(out), lines: lines, peer: pr}}
+}
+
+// verdictContext is out with its verdict as the value of verdictKey{}: what
+// context.WithValue would build, in one allocation instead of two (the
+// verdict and the context holding it), on every call through the Edge.
+type verdictContext struct {
+	context.Context
+	v verdict
+}
+
+func (c *verdictContext) Value(key any) any {
+	if key == (verdictKey{}) {
+		return &c.v
+	}
+	return c.Context.Value(key)
 }
 
 // clientCall is what the Edge's client interceptor tells its propagator
