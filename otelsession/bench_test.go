@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 var (
@@ -224,24 +225,33 @@ func BenchmarkLookup(b *testing.B) {
 	})
 
 	// The contexts a handler holds: Bind's under the span it starts, and a
-	// worker's after a consumer extracted the session (baggage that no
-	// otelsession writer built, so no record beside it), each beside the raw
-	// read of the same context.
+	// worker's after a consumer's inbound policy accepted the session from
+	// a message, under its span, each beside the raw read of the same
+	// context. Then a context whose baggage no sessionwire code built or
+	// accepted (the stock propagator extracted it), so there is no record
+	// to read: what a read costs without one.
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
 	})
 	spanned := trace.ContextWithSpanContext(ctx, sc)
 	line := otelprop.MapCarrier{}
 	otelprop.Baggage{}.Inject(ctx, line)
-	extracted, _ := envCtx(nil)
-	extracted = trace.ContextWithSpanContext(otelprop.Baggage{}.Extract(extracted, line), sc)
-	if v, st := otelsession.Lookup(extracted, otelsession.FieldThreadID); st != otelsession.Set || v == "" {
-		b.Fatalf("the extracted context's thread is %q (%v)", v, st)
+	base, _ := envCtx(nil)
+	extracted, err := propagation.NewInbound(propagation.TrustAll).Extract(base, otelprop.Baggage{}, line, propagation.Peer{Transport: "nats"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	extracted = trace.ContextWithSpanContext(extracted, sc)
+	foreign := trace.ContextWithSpanContext(otelprop.Baggage{}.Extract(base, line), sc)
+	for _, c := range []context.Context{extracted, foreign} {
+		if v, st := otelsession.Lookup(c, otelsession.FieldThreadID); st != otelsession.Set || v == "" {
+			b.Fatalf("the extracted context's thread is %q (%v)", v, st)
+		}
 	}
 	for _, c := range []struct {
 		name string
 		ctx  context.Context
-	}{{"under_span", spanned}, {"extracted", extracted}} {
+	}{{"under_span", spanned}, {"extracted", extracted}, {"foreign", foreign}} {
 		b.Run(c.name+"/sessionwire/Lookup", func(b *testing.B) {
 			defer benchcpu.Time(b)()
 			b.ReportAllocs()

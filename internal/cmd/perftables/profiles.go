@@ -116,14 +116,6 @@ var profiles = []profile{
 		parts: []part{{"the SDK storing the attributes (recordingSpan.SetAttributes)", `^go.opentelemetry.io/otel/sdk/trace\.\(\*recordingSpan\)\.SetAttributes$`}},
 	},
 	{
-		file: "getenv.txt", title: "Getenv of a bound remote field",
-		pkg: "otelsession", bench: "^BenchmarkLookup$/^sessionwire$/^Getenv$",
-		whole: `^github.com/sessionwire/sessionwire/otelsession\.Getenv$`,
-		parts: []part{
-			{"OpenTelemetry's Baggage.Member (the raw read's own call)", `^go.opentelemetry.io/otel/baggage\.Baggage\.Member$`},
-		},
-	},
-	{
 		file: "kafka_consume.txt", title: "kafkasession Consumer.Extract",
 		pkg: "propagation/kafkasession", bench: "^BenchmarkExtract$/^Consumer.Extract$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/kafkasession\.\(\*Consumer\)\.Extract$`,
