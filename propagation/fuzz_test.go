@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 )
@@ -77,6 +78,13 @@ func FuzzExtract(f *testing.F) {
 		}
 		ctx, counts, err := extract()
 		got := sessionSeen(ctx)
+		// A session comes back only with the record of its values on top,
+		// which the gRPC Edge takes for "no session" when it is absent.
+		if b := baggage.FromContext(ctx); propagation.HasSession(b) && !sessionstate.Atop(ctx, b) {
+			t.Fatalf("a session (error %v) came back without its record on top", err)
+		} else if sessionstate.Atop(ctx, b) && err != nil {
+			t.Fatalf("a refused session (%v) came back with a record", err)
+		}
 
 		if err != nil {
 			if !slices.ContainsFunc(reasons, func(r error) bool { return errors.Is(err, r) }) {

@@ -85,3 +85,13 @@ func (c *RecordContext) Value(key any) any {
 	}
 	return c.Context.Value(key)
 }
+
+// Atop reports whether ctx is itself a RecordContext whose record describes
+// b: what an inbound policy returns for a session it accepted, and for
+// nothing else (propagation's FuzzExtract holds it to that), so a caller
+// holding the policy's result knows without reading b whether b may hold a
+// session.
+func Atop(ctx context.Context, b baggage.Baggage) bool {
+	rc, ok := ctx.(*RecordContext)
+	return ok && SameBaggage(rc.R.B, b)
+}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/propagation"
 )
 
@@ -161,11 +162,13 @@ func (p edgePropagator) Fields() []string { return p.prop().Fields() }
 
 // verdict is what the Edge's propagator decided for one incoming call.
 type verdict struct {
-	c     *config
-	err   error
-	bag   baggage.Baggage // the accepted baggage: the handler's
-	lines []string        // the baggage lines judged
-	peer  propagation.Peer
+	c   *config
+	err error
+	bag baggage.Baggage // the accepted baggage: the handler's
+	// present is whether bag holds a session (propagation.HasSession).
+	present bool
+	lines   []string // the baggage lines judged
+	peer    propagation.Peer
 }
 
 type verdictKey struct{}
@@ -192,7 +195,13 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// otelgrpc's carrier has no Values method, so the W3C propagator parses
 	// the one line once; any other carrier is Inbound.Extract's to judge.
 	out, err := c.inbound.Extract(ctx, c.propagator(), carrier, pr)
-	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: baggage.FromContext(out), lines: lines, peer: pr}}
+	bag := baggage.FromContext(out)
+	// Only an accepted session comes back with the record of its values on
+	// top (sessionstate.Atop): a context without one holds no session,
+	// known without reading its baggage, which costs a call with only the
+	// application's baggage a copy of its members.
+	present := sessionstate.Atop(out, bag) && propagation.HasSession(bag)
+	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}}
 }
 
 // verdictContext is out with its verdict as the value of verdictKey{}: what

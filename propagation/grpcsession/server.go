@@ -190,7 +190,7 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		// registered after otelgrpc's may have put in the context since.
 		out = baggage.ContextWithBaggage(ctx, v.bag)
 	}
-	hasSession := propagation.HasSession(v.bag)
+	hasSession := v.present
 	offered := !hasSession && mentionsSession(v.lines)
 	if span := trace.SpanFromContext(out); v.err != nil {
 		sessionevent.Refused(span, v.err)
@@ -209,19 +209,19 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		carrier.Delete(baggageKey)
 		otelprop.Baggage{}.Inject(out, carrier)
 		out = metadata.NewIncomingContext(out, md)
-	case !hasSession && len(v.lines) > 0:
+	case !hasSession && len(v.lines) > 0 && !judgedOnly(out, v.lines):
 		// Hand-built metadata can spell the key twice ("Baggage" beside
 		// "baggage"); the propagator judged one list, and the handler's own
 		// read may keep the other, never judged, which may hold a session.
-		// Each of gRPC's reads keeps either list, so no read here can tell:
-		// a call without a session always hands the handler a copy that
-		// holds the judged lines. (On the wire keys are lower-case: HTTP/2
-		// refuses any other. A call with an accepted session is not copied
-		// for it: whatever the handler reads, its context holds the judged
-		// session, and calls out through this package's client interceptors
-		// or Edge drop session members from forwarded metadata. The copy
-		// costs a call with only foreign baggage about 0.4 µs;
-		// BenchmarkSteps/server_foreign_baggage.)
+		// Each of gRPC's reads keeps either list, so none of them can tell;
+		// judgedOnly reads the map itself, and unless it finds the judged
+		// lines alone, a call without a session hands the handler a copy
+		// that holds them. (On the wire keys are lower-case: HTTP/2 refuses
+		// any other, so a call off the wire is not copied. A call with an
+		// accepted session is not copied for it: whatever the handler
+		// reads, its context holds the judged session, and calls out
+		// through this package's client interceptors or Edge drop session
+		// members from forwarded metadata.)
 		if md, _ := metadata.FromIncomingContext(out); md != nil {
 			md[baggageKey] = v.lines
 			out = metadata.NewIncomingContext(out, md)
