@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/internal/ctxprobe"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -186,9 +187,8 @@ func (c *signedContext) String() string { return fmt.Sprintf("%v.WithSignature",
 // exactly one comparable key under which ContextWithBaggage stores; then
 // withSignature builds the signed context at once.
 var baggageKey = func() any {
-	p := &keyProbe{Context: context.Background()}
-	baggage.FromContext(p)
-	if len(p.keys) != 1 || p.keys[0] == nil || !reflect.TypeOf(p.keys[0]).Comparable() {
+	key := ctxprobe.Key(func(ctx context.Context) { baggage.FromContext(ctx) })
+	if key == nil {
 		return nil
 	}
 	m, err := baggage.NewMemberRaw("k", "v")
@@ -196,22 +196,11 @@ var baggageKey = func() any {
 		return nil
 	}
 	b, err := baggage.New(m)
-	if err != nil || baggage.ContextWithBaggage(context.Background(), b).Value(p.keys[0]) == nil {
+	if err != nil || baggage.ContextWithBaggage(context.Background(), b).Value(key) == nil {
 		return nil
 	}
-	return p.keys[0]
+	return key
 }()
-
-// keyProbe records the keys it is asked for.
-type keyProbe struct {
-	context.Context
-	keys []any
-}
-
-func (p *keyProbe) Value(key any) any {
-	p.keys = append(p.keys, key)
-	return nil
-}
 
 // appendSignature appends a session.sig value: v1.<key id>.<unix
 // seconds>.<MAC>.

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sessionwire/sessionwire/internal/ctxprobe"
 )
 
 // incomingKey is the context key under which grpc's metadata package keeps
@@ -16,31 +18,17 @@ import (
 // the value it then finds is the very map NewIncomingContext was given.
 // Otherwise it is nil and every read copies, as without it.
 var incomingKey = func() any {
-	p := &keyProbe{Context: context.Background()}
-	_ = metadata.ValueFromIncomingContext(p, "k")
-	if p.key == nil {
+	key := ctxprobe.Key(func(ctx context.Context) { _ = metadata.ValueFromIncomingContext(ctx, "k") })
+	if key == nil {
 		return nil
 	}
 	md := metadata.MD{"K": {"v"}}
-	got, ok := metadata.NewIncomingContext(context.Background(), md).Value(p.key).(metadata.MD)
+	got, ok := metadata.NewIncomingContext(context.Background(), md).Value(key).(metadata.MD)
 	if !ok || len(got) != 1 || len(got["K"]) != 1 || &got["K"][0] != &md["K"][0] {
 		return nil
 	}
-	return p.key
+	return key
 }()
-
-// keyProbe is a context that records the first key it is asked for.
-type keyProbe struct {
-	context.Context
-	key any
-}
-
-func (p *keyProbe) Value(key any) any {
-	if p.key == nil {
-		p.key = key
-	}
-	return nil
-}
 
 // judgedOnly reports whether every baggage entry a handler could read from
 // ctx's incoming metadata, whatever the spelling of its key, holds exactly
