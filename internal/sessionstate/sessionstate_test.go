@@ -34,6 +34,8 @@ func TestBaggageIDIsTheMapPointer(t *testing.T) {
 	}
 }
 
+type otherKey struct{}
+
 // A context's record is returned for its own baggage only (not for another
 // map of the same members), and the nearest record of a context is the one
 // it holds.
@@ -53,12 +55,12 @@ func TestRecordOf(t *testing.T) {
 	if RecordOf(ctx, baggage.Baggage{}) != nil || RecordOf(context.Background(), b) != nil {
 		t.Fatal("a record was found where there is none")
 	}
-	over := &RecordContext{Context: context.WithValue(ctx, struct{}{}, 1)}
+	over := &RecordContext{Context: context.WithValue(ctx, otherKey{}, 1)}
 	over.R.B = other
 	if RecordOf(over, b) != nil || RecordOf(over, other) != &over.R {
 		t.Fatal("the nearest record is not the one returned")
 	}
-	if over.Value(struct{}{}) != 1 {
+	if over.Value(otherKey{}) != 1 {
 		t.Fatal("RecordContext does not pass other keys to its parent")
 	}
 }
