@@ -197,9 +197,9 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	out, err := c.inbound.Extract(ctx, c.propagator(), carrier, pr)
 	bag := baggage.FromContext(out)
 	// Only an accepted session comes back with the record of its values on
-	// top (sessionstate.Atop): a context without one holds no session,
-	// known without reading its baggage, which costs a call with only the
-	// application's baggage a copy of its members.
+	// top (sessionstate.Atop): a context without one holds no session. That
+	// spares a call with only the application's baggage HasSession, which
+	// copies the members of so small a baggage to read them.
 	present := sessionstate.Atop(out, bag) && propagation.HasSession(bag)
 	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}}
 }
