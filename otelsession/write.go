@@ -12,10 +12,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 
-	"github.com/sessionwire/sessionwire/internal/sessionstate"
-
 	"github.com/sessionwire/sessionwire/fallback"
 	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 )
 
 // Bind returns a copy of ctx bound to s: every session field (the nineteen
@@ -350,6 +349,13 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		var l local
 		if old := localFrom(ctx); old != nil {
 			l = *old
+			if !remote && l.rec.B.Len() > 0 && !sameBaggage(baggage.FromContext(ctx), l.rec.B) {
+				// The copy records a baggage the context no longer holds:
+				// it would shadow the record of the one it does hold (an
+				// inbound policy's), which the new state's context then
+				// leaves its readers to find.
+				l.rec, l.checkedPresent = sessionstate.Record{}, false
+			}
 		}
 		for i := range numFields {
 			j := localIndex[i]

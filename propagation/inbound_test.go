@@ -19,6 +19,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.uber.org/goleak"
 
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/httpsession"
@@ -831,6 +832,36 @@ func TestInboundJudgesWhatAnotherPropagatorExtracted(t *testing.T) {
 					t.Errorf("chat id %q, want %q", v, tc.chat)
 				}
 			})
+		}
+	}
+}
+
+// A write of local fields alone (the working directory, say) over a worker's
+// context keeps its reads on the record the inbound policy left, also when
+// the context held a session and baggage of its own before the extraction,
+// whose local state (recording a baggage the context no longer holds) the
+// write copies.
+func TestALocalWriteKeepsTheInboundRecord(t *testing.T) {
+	wire := otelprop.MapCarrier{}
+	otelprop.Baggage{}.Inject(otelsession.Bind(context.Background(), fullTestSession), wire)
+	app, err := baggage.Parse("app.tenant=acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := otelsession.Bind(baggage.ContextWithBaggage(context.Background(), app),
+		otelsession.Session{Platform: "slack", ChatID: "C-other"})
+	in := propagation.NewInbound(propagation.TrustAll)
+	for name, base := range map[string]context.Context{"a fresh context": context.Background(), "a context holding a session": held} {
+		ctx, err := in.Extract(base, otelprop.Baggage{}, wire, propagation.Peer{Transport: "test"})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ctx = otelsession.WithCwd(ctx, "/srv/work")
+		if sessionstate.RecordOf(ctx, baggage.FromContext(ctx)) == nil {
+			t.Errorf("%s: after a local write the reads no longer find the session's record", name)
+		}
+		if v, st := otelsession.Lookup(ctx, otelsession.FieldChatID); v != fullTestSession.ChatID || st != otelsession.Set {
+			t.Errorf("%s: chat id %q (%v), want %q", name, v, st, fullTestSession.ChatID)
 		}
 	}
 }
