@@ -111,10 +111,10 @@
 // builder left in the context beside it, once the record is known to
 // describe the very map the context holds: a baggage never changes, so its
 // record cannot go stale, and any other baggage (replaced by other code,
-// even with the same members) is looked up member by member. Members outside the session
-// namespace pass through Bind, Clear and Reset untouched, and the session's
-// own members are written in one pass (one baggage.New, never one map copy
-// per field).
+// even with the same members) is looked up member by member. Members
+// outside the session namespace pass through Bind, Clear and Reset
+// untouched, and the session's own members are written in one pass (one
+// baggage.New, never one map copy per field).
 //
 // What is cached is what Bind writes: a small bounded cache ([BindCache],
 // [SetBindCacheSize]) hands the baggage and local state built for a session

@@ -151,13 +151,15 @@ func init() {
 	sessionstate.HasLocal = func(ctx context.Context) bool { return localFrom(ctx) != nil }
 }
 
-// The record's arrays are the field table's, and its states are State's:
-// each index below is a compile-time constant that must be 0.
+// The record's arrays are the field table's, its states are State's, and
+// its Cleared marker is ClearedValue: each index below is a compile-time
+// constant that must be 0, and the map's two keys must differ.
 var (
 	_ = [1]struct{}{}[NumFields-sessionstate.NumFields]
 	_ = [1]struct{}{}[uint8(Unset)-sessionstate.Unset]
 	_ = [1]struct{}{}[uint8(Cleared)-sessionstate.Cleared]
 	_ = [1]struct{}{}[uint8(Set)-sessionstate.Set]
+	_ = map[bool]struct{}{false: {}, ClearedValue == sessionstate.ClearedValue: {}}
 )
 
 // recordOf returns the record of b, ctx's baggage: l's when l, ctx's local

@@ -18,7 +18,7 @@ const (
 )
 
 // ClearedValue is otelsession.ClearedValue, the member value of a Cleared
-// field.
+// field (otelsession does not compile when the two differ).
 const ClearedValue = "\x00"
 
 // Record is what one baggage holds of the session's remote fields, written
