@@ -259,8 +259,9 @@ func BenchmarkSteps(b *testing.B) {
 		}
 	}))
 	// A call carrying only the application's own baggage, no session: the
-	// Edge hands its handler a copy of the metadata holding the lines it
-	// judged (see actOn), which the calls above, with a session, skip.
+	// policy's fixed work on a small baggage. Its metadata spells "baggage"
+	// one way, as on the wire, so the handler gets it as it came (see
+	// actOn).
 	foreignMD := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"},
 		"traceparent": md["traceparent"], "baggage": {"app.tenant=t-42,app.plan=pro,app.region=eu-west-1"}}
 	foreign := peer.NewContext(metadata.NewIncomingContext(context.Background(), foreignMD), pr)
