@@ -18,6 +18,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 )
 
 // Errors of the inbound path. Each wraps into the error [Inbound.Extract]
@@ -250,6 +251,17 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	var written *writtenMembers
 	if len(raw) == 1 && !hasValues(extractFrom) {
 		if w3c, known := stockBaggage(prop, 0); w3c && known {
+			// A line within the size limit that names no session key in
+			// any spelling (mention.Mentioned) holds no session once
+			// extracted: the raw scan would find no key of the namespace
+			// and the check nothing to check (the context's own session
+			// was Reset above). A message or call that carries only the
+			// application's own baggage is returned as extracted
+			// (FuzzCheckReadsTheLineAsTheParserDoes holds the two ways to
+			// each other).
+			if len(raw[0]) <= otelsession.MaxBaggageBytes && !mention.Mentioned(raw[0]) {
+				return ctx, nil
+			}
 			written = new(writtenMembers)
 		}
 	}

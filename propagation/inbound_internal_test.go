@@ -11,6 +11,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 )
 
 // FuzzCheckReadsTheLineAsTheParserDoes holds the check that reads plain
@@ -19,7 +20,9 @@ import (
 // extracted baggage: for any line, and over a context that already holds
 // baggage of its own (what the propagator keeps when the line parses to
 // nothing), both reach the same verdict, the same values and the same
-// errors.
+// errors. A line that Inbound.Extract returns as extracted, without either
+// check (within the size limit and not mention.Mentioned), must be one
+// both would pass with no session present.
 //
 //	go test ./propagation -run '^$' -fuzz '^FuzzCheckReadsTheLineAsTheParserDoes$' -fuzztime 20s
 func FuzzCheckReadsTheLineAsTheParserDoes(f *testing.F) {
@@ -76,6 +79,13 @@ func FuzzCheckReadsTheLineAsTheParserDoes(f *testing.F) {
 		seenSlow, errSlow := scanSessionKeys([]string{line}, nil)
 		if seen != seenSlow || fmt.Sprint(err) != fmt.Sprint(errSlow) {
 			t.Fatalf("the scan differs when it records the line: %b %v, %b %v", seen, err, seenSlow, errSlow)
+		}
+		if len(line) <= otelsession.MaxBaggageBytes && !mention.Mentioned(line) {
+			var in inboundSession
+			if errCheck := in.check(b, seen, false, nil); err != nil || seen != 0 || errCheck != nil || in.present {
+				t.Fatalf("line %q names no session, and Inbound.Extract returns it unchecked, but the scan finds %b, %v and the check %v, a session: %v",
+					line, seen, err, errCheck, in.present)
+			}
 		}
 		if err != nil {
 			return // Inbound.Extract refuses it before any check

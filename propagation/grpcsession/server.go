@@ -21,6 +21,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
@@ -345,10 +346,10 @@ func TrustSANs(sans ...string) propagation.TrustFunc {
 }
 
 // mentionsSession reports whether any of lines may hold a session member
-// (sessionevent.Mentioned).
+// (mention.Mentioned).
 func mentionsSession(lines []string) bool {
 	for _, v := range lines {
-		if sessionevent.Mentioned(v) {
+		if mention.Mentioned(v) {
 			return true
 		}
 	}

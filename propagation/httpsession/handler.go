@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
 )
 
@@ -151,7 +152,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // mentionsSession reports whether a baggage header line of h may hold a
-// session member (sessionevent.Mentioned), under any spelling of the
+// session member (mention.Mentioned), under any spelling of the
 // header's name.
 func mentionsSession(h http.Header) bool {
 	for k, vs := range h {
@@ -159,7 +160,7 @@ func mentionsSession(h http.Header) bool {
 			continue
 		}
 		for _, v := range vs {
-			if sessionevent.Mentioned(v) {
+			if mention.Mentioned(v) {
 				return true
 			}
 		}

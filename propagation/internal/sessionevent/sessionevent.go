@@ -1,14 +1,12 @@
 package sessionevent
 
 import (
-	"strings"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 )
 
 // Name is the span event's name.
@@ -48,31 +46,10 @@ func StrippedIfOffered(span trace.Span, accepted baggage.Baggage, lines []string
 // offered reports whether lines hold a session member.
 func offered(lines []string) bool {
 	for _, l := range lines {
-		if !Mentioned(l) {
+		if !mention.Mentioned(l) {
 			continue
 		}
 		if b, err := baggage.Parse(l); err == nil && propagation.HasSession(b) {
-			return true
-		}
-	}
-	return false
-}
-
-// Mentioned reports whether a baggage line may hold a session member. It is
-// a cheap over-approximation, so that a boundary parses a line again only
-// when it could matter: it never says no for a line with a session member, in
-// any spelling (case-folded, percent-encoded, or with a non-ASCII letter that
-// folds to an ASCII one, as U+017F folds to "s"), and may say yes for a line
-// without one. One pass: a window of the key prefix's length that holds a
-// non-ASCII byte has fewer runes than the prefix and cannot fold to it, so
-// only windows that start with a byte folding to its first are compared.
-func Mentioned(line string) bool {
-	const p = otelsession.KeyPrefix
-	for i := 0; i < len(line); i++ {
-		switch c := line[i]; {
-		case c == '%' || c >= 0x80:
-			return true
-		case c|0x20 == p[0] && len(line)-i >= len(p) && strings.EqualFold(line[i:i+len(p)], p):
 			return true
 		}
 	}

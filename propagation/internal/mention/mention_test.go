@@ -1,4 +1,4 @@
-package sessionevent
+package mention_test
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 )
 
 // mentionedNaively is Mentioned's rule as first written, one condition at a
@@ -34,7 +35,7 @@ func mentionedNaively(line string) bool {
 // implements, and to its promise: a line whose parsed baggage holds a
 // session member is always mentioned.
 //
-//	go test ./propagation/internal/sessionevent -run '^$' -fuzz '^FuzzMentionedIsTheNaiveRule$' -fuzztime 20s
+//	go test ./propagation/internal/mention -run '^$' -fuzz '^FuzzMentionedIsTheNaiveRule$' -fuzztime 20s
 func FuzzMentionedIsTheNaiveRule(f *testing.F) {
 	for _, seed := range []string{
 		"", "app.tenant=t-42,app.plan=pro", "session.chat_id=a", "SESSION.CHAT_ID=a", "app.a=1,Session.x=2",
@@ -44,10 +45,10 @@ func FuzzMentionedIsTheNaiveRule(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		if got, want := Mentioned(line), mentionedNaively(line); got != want {
+		if got, want := mention.Mentioned(line), mentionedNaively(line); got != want {
 			t.Fatalf("Mentioned(%q) = %v, the rule says %v", line, got, want)
 		}
-		if b, err := baggage.Parse(line); !Mentioned(line) && err == nil && propagation.HasSession(b) {
+		if b, err := baggage.Parse(line); !mention.Mentioned(line) && err == nil && propagation.HasSession(b) {
 			t.Fatalf("%q offers a session, and Mentioned says no", line)
 		}
 	})
