@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
@@ -63,9 +64,7 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 	if prop == nil || depth > 3 || reflect.TypeOf(prop) != compositeType {
 		return false, false
 	}
-	v := reflect.ValueOf(prop)
-	for i := range v.Len() {
-		p, _ := v.Index(i).Interface().(otelprop.TextMapPropagator)
+	for _, p := range compositeParts(prop) {
 		w, k := stockBaggage(p, depth+1)
 		if !k {
 			return false, false
@@ -74,6 +73,27 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 	}
 	return w3c, true
 }
+
+// compositeParts returns the propagators of a composite one (prop's type is
+// compositeType), read in place: a slice whose elements are propagators,
+// which reflect's Index and Interface would box one by one, on every
+// message.
+func compositeParts(prop otelprop.TextMapPropagator) []otelprop.TextMapPropagator {
+	v := reflect.ValueOf(prop)
+	if !compositeIsSlice {
+		parts := make([]otelprop.TextMapPropagator, v.Len())
+		for i := range parts {
+			parts[i], _ = v.Index(i).Interface().(otelprop.TextMapPropagator)
+		}
+		return parts
+	}
+	return unsafe.Slice((*otelprop.TextMapPropagator)(v.UnsafePointer()), v.Len())
+}
+
+// compositeIsSlice is whether compositeType is a slice of propagators, as
+// compositeParts reads it in place (else it reads it through reflect).
+var compositeIsSlice = compositeType.Kind() == reflect.Slice &&
+	compositeType.Elem() == reflect.TypeFor[otelprop.TextMapPropagator]()
 
 // appendTo signs the session of out, which a propagator appendsSignature
 // accepted has just injected into carrier, and appends the signature member
