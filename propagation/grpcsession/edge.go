@@ -169,6 +169,21 @@ type verdict struct {
 	present bool
 	lines   []string // the baggage lines judged
 	peer    propagation.Peer
+	// md, when not nil, is the incoming metadata the lines were read from,
+	// the call's own map, in which they are all the baggage there is.
+	md metadata.MD
+}
+
+// judgedOnly reports whether ctx's incoming metadata holds no baggage but
+// the lines judged: at once when it is still the map they were read from,
+// else by reading it (the package's judgedOnly).
+func (v *verdict) judgedOnly(ctx context.Context) bool {
+	if v.md != nil {
+		if md, ok := incomingMD(ctx); ok && sameMD(md, v.md) {
+			return true
+		}
+	}
+	return judgedOnly(ctx, v.lines)
 }
 
 type verdictKey struct{}
@@ -179,16 +194,28 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// returns the first value of a key only. The count of baggage lines,
 	// and a baggage-bin entry, come from the call's context without copying
 	// the metadata again.
-	lines := metadata.ValueFromIncomingContext(ctx, baggageKey)
+	md, raw := incomingMD(ctx)
+	var lines []string
+	if raw {
+		// One pass over the call's own map, which is not copied.
+		var other bool
+		if lines, other = baggageOf(md); other {
+			return c.except.Extract(ctx, carrier)
+		}
+	} else {
+		lines = metadata.ValueFromIncomingContext(ctx, baggageKey)
+		if metadata.ValueFromIncomingContext(ctx, baggageBinKey) != nil {
+			return c.except.Extract(ctx, carrier)
+		}
+	}
 	var first string
 	if len(lines) == 1 {
 		first = lines[0]
 	}
-	if len(lines) > 1 || carrier.Get(baggageKey) != first ||
-		metadata.ValueFromIncomingContext(ctx, baggageBinKey) != nil {
-		// Several lines, a binary entry, or a carrier that does not hold
-		// the call's metadata: the interceptors judge it, as without this
-		// propagator.
+	if len(lines) > 1 || carrier.Get(baggageKey) != first {
+		// Several lines, a binary entry or another spelling of the key
+		// (above), or a carrier that does not hold the call's metadata: the
+		// interceptors judge it, as without this propagator.
 		return c.except.Extract(ctx, carrier)
 	}
 	pr := peerOf(ctx, carrier.Get(":authority"))
@@ -201,7 +228,11 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// spares a call with only the application's baggage HasSession, which
 	// copies the members of so small a baggage to read them.
 	present := sessionstate.Atop(out, bag) && propagation.HasSession(bag)
-	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}}
+	v := verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}
+	if raw {
+		v.md = md
+	}
+	return &verdictContext{Context: out, v: v}
 }
 
 // verdictContext is out with its verdict as the value of verdictKey{}: what

@@ -2,6 +2,7 @@ package grpcsession
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -36,10 +37,7 @@ var incomingKey = func() any {
 // whose values are lines. It is false when it cannot tell (the metadata
 // cannot be read without a copy). It reads the metadata without copying it.
 func judgedOnly(ctx context.Context, lines []string) bool {
-	if incomingKey == nil {
-		return false
-	}
-	md, ok := ctx.Value(incomingKey).(metadata.MD)
+	md, ok := incomingMD(ctx)
 	if !ok {
 		return false
 	}
@@ -49,4 +47,40 @@ func judgedOnly(ctx context.Context, lines []string) bool {
 		}
 	}
 	return true
+}
+
+// incomingMD returns ctx's incoming metadata as the context holds it, the
+// very map given to metadata.NewIncomingContext, without copying it. It is
+// false when the context holds none or the map cannot be read so
+// (incomingKey is nil). What it returns is read, never written: gRPC and
+// every reader through its metadata package share it.
+func incomingMD(ctx context.Context) (metadata.MD, bool) {
+	if incomingKey == nil {
+		return nil, false
+	}
+	md, ok := ctx.Value(incomingKey).(metadata.MD)
+	return md, ok
+}
+
+// baggageOf reads md's baggage entries in one pass over its keys: the
+// values of the key spelled "baggage" (md's own slice), and whether md holds
+// any other baggage entry: "baggage" spelled otherwise, or "baggage-bin" in
+// any spelling. When other is false, lines are all the baggage a handler
+// could read from md, under any spelling.
+func baggageOf(md metadata.MD) (lines []string, other bool) {
+	for k, vs := range md {
+		switch {
+		case k == baggageKey:
+			lines = vs
+		case len(k) == len(baggageKey) && strings.EqualFold(k, baggageKey),
+			len(k) == len(baggageBinKey) && strings.EqualFold(k, baggageBinKey):
+			other = true
+		}
+	}
+	return lines, other
+}
+
+// sameMD reports whether a and b are one map.
+func sameMD(a, b metadata.MD) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -210,7 +211,7 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		carrier.Delete(baggageKey)
 		otelprop.Baggage{}.Inject(out, carrier)
 		out = metadata.NewIncomingContext(out, md)
-	case !hasSession && len(v.lines) > 0 && !judgedOnly(out, v.lines):
+	case !hasSession && len(v.lines) > 0 && !v.judgedOnly(out):
 		// Hand-built metadata can spell the key twice ("Baggage" beside
 		// "baggage"); the propagator judged one list, and the handler's own
 		// read may keep the other, never judged, which may hold a session.
@@ -224,7 +225,7 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		// through this package's client interceptors or Edge drop session
 		// members from forwarded metadata.)
 		if md, _ := metadata.FromIncomingContext(out); md != nil {
-			md[baggageKey] = v.lines
+			md[baggageKey] = slices.Clone(v.lines) // v.lines may be the call's own map's
 			out = metadata.NewIncomingContext(out, md)
 		}
 	}
