@@ -37,7 +37,10 @@ type Dest struct {
 	// for HTTP, the subject, topic or exchange for a queue, the program for
 	// a child process.
 	Name string
-	// URL is the request's URL for HTTP (nil otherwise).
+	// URL is the request's URL for HTTP, grpc://<authority>/<method> for
+	// gRPC (nil otherwise). It is shared, the request's own for HTTP, one per
+	// method and connection for gRPC: an AllowFunc reads it and must not
+	// modify it.
 	URL *url.URL
 	// MessageID is the transport's id of this message when it has one (the
 	// Nats-Msg-Id header of a NATS message): a signature is bound to it, so

@@ -139,11 +139,12 @@ const (
 	serverBudget = 46
 	clientBudget = 30
 	// The Edge over raw otelgrpc. Server: the verdict (in the context
-	// that holds it, one allocation), the copy of the call's baggage lines
-	// (the handler's context already holds the judged baggage: it is not
-	// set again) and the accepted session's record. Client: what the interceptor tells
-	// the propagator (the call and the context value holding it) and the
-	// destination's URL.
-	edgeServerOverRaw = 3
-	edgeClientOverRaw = 3
+	// that holds it, one allocation) and the accepted session's record (the
+	// call's baggage lines are read in place since 2026-12-05, and the
+	// handler's context already holds the judged baggage: it is not set
+	// again). Client: what the interceptor tells the propagator (the call, in
+	// the context holding it, one allocation; the destination's URL is built
+	// once per method and connection since 2026-12-05).
+	edgeServerOverRaw = 2
+	edgeClientOverRaw = 1
 )

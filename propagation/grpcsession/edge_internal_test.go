@@ -1,6 +1,7 @@
 package grpcsession
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -50,5 +51,32 @@ func TestEdgeForgetsCollectedConnections(t *testing.T) {
 	defer cc.Close()
 	if c.conn(cc).paired.Load() {
 		t.Fatal("a new connection inherited a collected one's pairing")
+	}
+}
+
+// A connection's calls name their method's URL, each method's built once
+// and shared by its calls, up to maxMethodURLs methods; beyond them a call
+// still names its own.
+func TestConnStateDestPerMethod(t *testing.T) {
+	st := &connState{names: namesOf("dns:///notify.internal:443")}
+	first := st.dest("/notify.v1.Notify/Send")
+	if got := first.URL.String(); got != "grpc://notify.internal:443/notify.v1.Notify/Send" || first.Name != "notify.internal" {
+		t.Fatalf("dest = %q named %q", got, first.Name)
+	}
+	again := st.dest("/notify.v1.Notify/Send")
+	if again.URL != first.URL || again.Name != first.Name || again.Transport != first.Transport {
+		t.Fatalf("a second call of the method named %+v, want %+v", again, first)
+	}
+	if other := st.dest("/notify.v1.Notify/Cancel"); other.URL.Path != "/notify.v1.Notify/Cancel" {
+		t.Fatalf("another method named %q", other.URL)
+	}
+	for i := range 2 * maxMethodURLs {
+		m := fmt.Sprintf("/svc.S/M%d", i)
+		if d := st.dest(m); d.URL.Path != m {
+			t.Fatalf("method %s named %q", m, d.URL)
+		}
+	}
+	if n := st.nURLs.Load(); n != maxMethodURLs {
+		t.Fatalf("%d URLs kept, want the bound, %d", n, maxMethodURLs)
 	}
 }
