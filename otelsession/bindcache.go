@@ -163,7 +163,13 @@ type builtBaggage struct {
 	msgID string
 	b     baggage.Baggage
 	loc   *local
-	own   local // where loc points: one allocation for both
+}
+
+// builtOwn is a builtBaggage whose local state is its own: one allocation
+// for both, where a Bind of the next message derives the state.
+type builtOwn struct {
+	builtBaggage
+	own local // where loc points
 }
 
 // bindCached binds s from the cache; ok is false when it cannot (not cached,
@@ -228,12 +234,12 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	if err != nil {
 		return nil, false
 	}
-	next := &builtBaggage{msgID: msgID, b: b, own: *last.loc}
+	next := &builtOwn{builtBaggage: builtBaggage{msgID: msgID, b: b}, own: *last.loc}
 	next.own.rec.B = b
 	next.own.setRemote(int(FieldMessageID)-1, v)
 	next.loc = &next.own
-	ent.last.Store(next)
-	return next, true
+	ent.last.Store(&next.builtBaggage)
+	return &next.builtBaggage, true
 }
 
 // bindDropsAll reports whether Bind keeps none of old's members: every one
@@ -293,11 +299,9 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	}
 	ent := &bindEntry{key: *s, h: h, bound: bound}
 	ent.key.MessageID = ""
-	// The local state is copied into the entry's own, so that the entry
-	// holds one, not the first Bind's and an empty one beside it.
-	first := &builtBaggage{msgID: s.MessageID, b: b, own: *l}
-	first.loc = &first.own
-	ent.last.Store(first)
+	// The entry shares the first Bind's local state, as every Bind it serves
+	// shares the entry's: none of them modifies it.
+	ent.last.Store(&builtBaggage{msgID: s.MessageID, b: b, loc: l})
 	set := t.set(h)
 	for i := range set {
 		if set[i].CompareAndSwap(nil, ent) {
