@@ -76,12 +76,22 @@ func RecordOf(ctx context.Context, b baggage.Baggage) *Record {
 type RecordContext struct {
 	context.Context
 	R Record
+	// OwnerKey, when not nil, is one more key the context answers, with
+	// Owner: what the code that accepted the session tells the code after
+	// it, without a context of its own (grpcsession's Edge: that its
+	// propagator accepted the call's session). Both are set before the
+	// context is handed on, and are pointer-shaped or empty structs, so
+	// that setting them does not allocate.
+	OwnerKey, Owner any
 }
 
-// Value answers the record key with the record.
+// Value answers the record key with the record, and OwnerKey with Owner.
 func (c *RecordContext) Value(key any) any {
 	if IsRecordKey(key) {
 		return &c.R
+	}
+	if c.OwnerKey != nil && key == c.OwnerKey {
+		return c.Owner
 	}
 	return c.Context.Value(key)
 }

@@ -64,3 +64,34 @@ func TestRecordOf(t *testing.T) {
 		t.Fatal("RecordContext does not pass other keys to its parent")
 	}
 }
+
+// A RecordContext answers its owner's key with Owner, any other key as its
+// parent does (one of another type that cannot be compared included), and
+// no owner's key while it has none.
+func TestRecordContextOwner(t *testing.T) {
+	type ownerKey struct{ p *int }
+	type parentKey struct{}
+	n := 1
+	parent := context.WithValue(context.Background(), parentKey{}, "parent")
+	rc := &RecordContext{Context: parent}
+	if got := rc.Value(ownerKey{&n}); got != nil {
+		t.Fatalf("a context without an owner answered %v", got)
+	}
+	rc.OwnerKey, rc.Owner = ownerKey{&n}, rc
+	if got := rc.Value(ownerKey{&n}); got != rc {
+		t.Fatalf("the owner's key answered %v", got)
+	}
+	m := 2
+	if got := rc.Value(ownerKey{&m}); got != nil {
+		t.Fatalf("another owner's key answered %v", got)
+	}
+	if got := rc.Value(parentKey{}); got != "parent" {
+		t.Fatalf("the parent's key answered %v", got)
+	}
+	if got := rc.Value([]int{1}); got != nil {
+		t.Fatalf("a key that cannot be compared answered %v", got)
+	}
+	if got, ok := rc.Value(recordKey{}).(*Record); !ok || got != &rc.R {
+		t.Fatalf("the record key answered %v", got)
+	}
+}

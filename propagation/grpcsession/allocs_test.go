@@ -138,13 +138,13 @@ func TestEdgeAllocationBudget(t *testing.T) {
 const (
 	serverBudget = 46
 	clientBudget = 30
-	// The Edge over raw otelgrpc. Server: the verdict (in the context
-	// that holds it, one allocation) and the accepted session's record (the
-	// call's baggage lines are read in place since 2026-12-05, and the
-	// handler's context already holds the judged baggage: it is not set
-	// again). Client: what the interceptor tells the propagator (the call, in
+	// The Edge over raw otelgrpc. Server: the accepted session's record
+	// (since 2026-12-05 the call's baggage lines are read in place, and the
+	// record's context carries the Edge's verdict on an accepted session, so
+	// no verdict is allocated; the handler's context already holds the
+	// judged baggage: it is not set again). Client: what the interceptor tells the propagator (the call, in
 	// the context holding it, one allocation; the destination's URL is built
 	// once per method and connection since 2026-12-05).
-	edgeServerOverRaw = 2
+	edgeServerOverRaw = 1
 	edgeClientOverRaw = 1
 )

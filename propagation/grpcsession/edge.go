@@ -187,7 +187,12 @@ func (v *verdict) judgedOnly(ctx context.Context) bool {
 	return judgedOnly(ctx, v.lines)
 }
 
-type verdictKey struct{}
+// verdictKey is the key under which the context an Edge's propagator
+// returns holds what it decided: the Edge's *verdict, or, for a session it
+// accepted whole, the *sessionstate.RecordContext the inbound policy
+// returned, answering for its config (the accepted baggage is its
+// record's).
+type verdictKey struct{ c *config }
 
 func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCarrier) context.Context {
 	c := p.c
@@ -229,6 +234,14 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// spares a call with only the application's baggage HasSession, which
 	// copies the members of so small a baggage to read them.
 	present := sessionstate.Atop(out, bag) && propagation.HasSession(bag)
+	if rc, _ := out.(*sessionstate.RecordContext); present && err == nil && rc.OwnerKey == nil {
+		// An accepted session needs nothing of the verdict but the
+		// baggage, which the record holds: the inbound policy's context,
+		// not yet handed on, answers for this Edge, and no verdict is
+		// allocated.
+		rc.OwnerKey, rc.Owner = verdictKey{c}, rc
+		return rc
+	}
 	v := verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}
 	if raw {
 		v.md = md
@@ -245,7 +258,7 @@ type verdictContext struct {
 }
 
 func (c *verdictContext) Value(key any) any {
-	if key == (verdictKey{}) {
+	if key == (verdictKey{c.v.c}) {
 		return &c.v
 	}
 	return c.Context.Value(key)

@@ -94,8 +94,12 @@ var errUnauthenticated = status.Error(codes.Unauthenticated,
 
 // serverContext is the whole server-side step for one call.
 func (c *config) serverContext(ctx context.Context, method string) (context.Context, error) {
-	if v, ok := ctx.Value(verdictKey{}).(*verdict); ok && v.c == c {
+	switch v := ctx.Value(verdictKey{c}).(type) {
+	case *verdict:
 		return c.actOn(ctx, v, method)
+	case *sessionstate.RecordContext:
+		// The Edge's propagator accepted the session whole (edge.go).
+		return c.actOn(ctx, &verdict{c: c, bag: v.R.B, present: true}, method)
 	}
 	md, _ := metadata.FromIncomingContext(ctx) // a copy with lower-case keys
 	if md == nil {
