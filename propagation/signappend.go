@@ -61,7 +61,7 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 	case otelprop.TraceContext:
 		return false, true
 	}
-	if prop == nil || depth > 3 || reflect.TypeOf(prop) != compositeType {
+	if prop == nil || depth > 3 || !compositeIsSlice || reflect.TypeOf(prop) != compositeType {
 		return false, false
 	}
 	for _, p := range compositeParts(prop) {
@@ -75,23 +75,17 @@ func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) 
 }
 
 // compositeParts returns the propagators of a composite one (prop's type is
-// compositeType), read in place: a slice whose elements are propagators,
-// which reflect's Index and Interface would box one by one, on every
-// message.
+// compositeType, and compositeIsSlice), read in place, where reflect's Index
+// and Interface would box them one by one, on every message.
 func compositeParts(prop otelprop.TextMapPropagator) []otelprop.TextMapPropagator {
 	v := reflect.ValueOf(prop)
-	if !compositeIsSlice {
-		parts := make([]otelprop.TextMapPropagator, v.Len())
-		for i := range parts {
-			parts[i], _ = v.Index(i).Interface().(otelprop.TextMapPropagator)
-		}
-		return parts
-	}
 	return unsafe.Slice((*otelprop.TextMapPropagator)(v.UnsafePointer()), v.Len())
 }
 
 // compositeIsSlice is whether compositeType is a slice of propagators, as
-// compositeParts reads it in place (else it reads it through reflect).
+// compositeParts reads it. Should an OpenTelemetry release make it anything
+// else, no composite is known: the policies then take their general paths
+// (correct, slower), where reading it as a slice would panic.
 var compositeIsSlice = compositeType.Kind() == reflect.Slice &&
 	compositeType.Elem() == reflect.TypeFor[otelprop.TextMapPropagator]()
 

@@ -81,7 +81,7 @@ func TestSignedContextIsTheSignedContext(t *testing.T) {
 // nested too, and nothing else; the composite's parts are read in place.
 func TestStockBaggage(t *testing.T) {
 	if !compositeIsSlice {
-		t.Fatal("OpenTelemetry's composite propagator is no longer a slice of propagators: its parts are read through reflect")
+		t.Fatal("OpenTelemetry's composite propagator is no longer a slice of propagators: no composite is known, and the policies take their general paths")
 	}
 	tc, bag := otelprop.TraceContext{}, otelprop.Baggage{}
 	comp := otelprop.NewCompositeTextMapPropagator

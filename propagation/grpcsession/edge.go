@@ -242,11 +242,8 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		rc.OwnerKey, rc.Owner = verdictKey{c}, rc
 		return rc
 	}
-	v := verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr}
-	if raw {
-		v.md = md
-	}
-	return &verdictContext{Context: out, v: v}
+	// md is nil when it could not be read in place.
+	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr, md: md}}
 }
 
 // verdictContext is out with its verdict as the value of verdictKey{}: what
