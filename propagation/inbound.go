@@ -18,7 +18,7 @@ import (
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
-	"github.com/sessionwire/sessionwire/propagation/internal/mention"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 // Errors of the inbound path. Each wraps into the error [Inbound.Extract]
@@ -249,21 +249,19 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	// extracted baggage are exactly those of the line, decoded; the check
 	// then reads a plain value from the line instead of looking it up.
 	var written *writtenMembers
-	if len(raw) == 1 && !hasValues(extractFrom) {
-		if w3c, known := stockBaggage(prop, 0); w3c && known {
-			// A line within the size limit that names no session key in
-			// any spelling (mention.Mentioned) holds no session once
-			// extracted: the raw scan would find no key of the namespace
-			// and the check nothing to check (the context's own session
-			// was Reset above). A message or call that carries only the
-			// application's own baggage is returned as extracted
-			// (FuzzCheckReadsTheLineAsTheParserDoes holds the two ways to
-			// each other).
-			if len(raw[0]) <= otelsession.MaxBaggageBytes && !mention.Mentioned(raw[0]) {
-				return ctx, nil
-			}
-			written = new(writtenMembers)
+	if len(raw) == 1 && stockprop.ReadsOneLine(prop, extractFrom) {
+		// A line that names no session key in any spelling, within the
+		// size limit (stockprop.NoSession's rule), holds no session once
+		// extracted: the raw scan would find no key of the namespace and
+		// the check nothing to check (the context's own session was Reset
+		// above), and the peer is not consulted. A message or call that
+		// carries only the application's own baggage is returned as
+		// extracted (FuzzCheckReadsTheLineAsTheParserDoes holds the two
+		// ways to each other).
+		if stockprop.NamesNoSession(raw[0]) {
+			return ctx, nil
 		}
+		written = new(writtenMembers)
 	}
 	seen, err := scanSessionKeys(raw, written)
 	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
@@ -347,13 +345,6 @@ func singleValued(h otelprop.HeaderCarrier) bool {
 		}
 	}
 	return true
-}
-
-// hasValues reports whether the W3C propagator reads every line of c
-// (otelprop.ValuesGetter) rather than the first (Get).
-func hasValues(c otelprop.TextMapCarrier) bool {
-	_, ok := c.(otelprop.ValuesGetter)
-	return ok
 }
 
 // singleValuer is a carrier with a Values method that can tell when no key

@@ -3,17 +3,16 @@ package propagation
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/internal/ctxprobe"
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 // Signing without copying the baggage. Signer.SignFor adds the signature to
@@ -40,54 +39,11 @@ func appendsSignature(prop otelprop.TextMapPropagator, carrier otelprop.TextMapC
 	default:
 		return false
 	}
-	if w3c, known := stockBaggage(prop, 0); !w3c || !known {
+	if w3c, known := stockprop.Baggage(prop); !w3c || !known {
 		return false
 	}
 	return checked || baggage.FromContext(out).Member(otelsession.SignatureKey).Key() == ""
 }
-
-// compositeType is the type of OpenTelemetry's composite propagator, a
-// slice of propagators it runs in turn.
-var compositeType = reflect.TypeOf(otelprop.NewCompositeTextMapPropagator())
-
-// stockBaggage reports whether prop is known (known): OpenTelemetry's
-// Baggage or TraceContext propagator, or its composite of known ones; and,
-// when known, whether it writes the W3C baggage entry (w3c). A known
-// propagator writes baggage nowhere else.
-func stockBaggage(prop otelprop.TextMapPropagator, depth int) (w3c, known bool) {
-	switch prop.(type) {
-	case otelprop.Baggage:
-		return true, true
-	case otelprop.TraceContext:
-		return false, true
-	}
-	if prop == nil || depth > 3 || !compositeIsSlice || reflect.TypeOf(prop) != compositeType {
-		return false, false
-	}
-	for _, p := range compositeParts(prop) {
-		w, k := stockBaggage(p, depth+1)
-		if !k {
-			return false, false
-		}
-		w3c = w3c || w
-	}
-	return w3c, true
-}
-
-// compositeParts returns the propagators of a composite one (prop's type is
-// compositeType, and compositeIsSlice), read in place, where reflect's Index
-// and Interface would box them one by one, on every message.
-func compositeParts(prop otelprop.TextMapPropagator) []otelprop.TextMapPropagator {
-	v := reflect.ValueOf(prop)
-	return unsafe.Slice((*otelprop.TextMapPropagator)(v.UnsafePointer()), v.Len())
-}
-
-// compositeIsSlice is whether compositeType is a slice of propagators, as
-// compositeParts reads it. Should an OpenTelemetry release make it anything
-// else, no composite is known: the policies then take their general paths
-// (correct, slower), where reading it as a slice would panic.
-var compositeIsSlice = compositeType.Kind() == reflect.Slice &&
-	compositeType.Elem() == reflect.TypeFor[otelprop.TextMapPropagator]()
 
 // appendTo signs the session of out, which a propagator appendsSignature
 // accepted has just injected into carrier, and appends the signature member

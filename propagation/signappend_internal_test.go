@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/baggage"
-	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 )
@@ -76,36 +75,3 @@ func TestSignedContextIsTheSignedContext(t *testing.T) {
 		})
 	}
 }
-
-// stockBaggage knows OpenTelemetry's own propagators and their composites,
-// nested too, and nothing else; the composite's parts are read in place.
-func TestStockBaggage(t *testing.T) {
-	if !compositeIsSlice {
-		t.Fatal("OpenTelemetry's composite propagator is no longer a slice of propagators: no composite is known, and the policies take their general paths")
-	}
-	tc, bag := otelprop.TraceContext{}, otelprop.Baggage{}
-	comp := otelprop.NewCompositeTextMapPropagator
-	for _, c := range []struct {
-		name       string
-		prop       otelprop.TextMapPropagator
-		w3c, known bool
-	}{
-		{"nil", nil, false, false},
-		{"Baggage", bag, true, true},
-		{"TraceContext", tc, false, true},
-		{"composite", comp(tc, bag), true, true},
-		{"composite without Baggage", comp(tc), false, true},
-		{"empty composite", comp(), false, true},
-		{"nested", comp(tc, comp(bag)), true, true},
-		{"too deep", comp(comp(comp(comp(comp(bag))))), false, false},
-		{"another propagator", otelprop.TextMapPropagator(otherPropagator{}), false, false},
-		{"composite with another", comp(tc, bag, otherPropagator{}), false, false},
-		{"composite with nil", comp(bag, nil), false, false},
-	} {
-		if w3c, known := stockBaggage(c.prop, 0); w3c != c.w3c || known != c.known {
-			t.Errorf("%s: stockBaggage = %v, %v; want %v, %v", c.name, w3c, known, c.w3c, c.known)
-		}
-	}
-}
-
-type otherPropagator struct{ otelprop.Baggage }

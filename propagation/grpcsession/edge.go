@@ -18,6 +18,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 // Edge is a program's gRPC edge for sessions: the server and client
@@ -168,8 +169,10 @@ type verdict struct {
 	bag baggage.Baggage // the accepted baggage: the handler's
 	// present is whether bag holds a session (propagation.HasSession).
 	present bool
-	lines   []string // the baggage lines judged
-	peer    propagation.Peer
+	// quiet is whether the lines name no session (stockprop.NoSession): no
+	// session was offered.
+	quiet bool
+	lines []string // the baggage lines judged
 	// md, when not nil, is the incoming metadata the lines were read from,
 	// the call's own map, in which they are all the baggage there is.
 	md metadata.MD
@@ -224,10 +227,19 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		// interceptors judge it, as without this propagator.
 		return c.except.Extract(ctx, carrier)
 	}
-	pr := peerOf(ctx, carrier.Get(":authority"))
+	prop := c.propagator()
+	// A call without baggage, or whose one line names no session, holds
+	// none once extracted (stockprop.NoSession, the policy's own rule): the
+	// policy returns it as extracted, consulting no peer, so the caller is
+	// described only for a call that may carry a session.
+	quiet := stockprop.NoSession(prop, carrier, first)
+	pr := propagation.Peer{Transport: propagation.TransportGRPC}
+	if !quiet {
+		pr = peerOf(ctx, carrier.Get(":authority"))
+	}
 	// otelgrpc's carrier has no Values method, so the W3C propagator parses
 	// the one line once; any other carrier is Inbound.Extract's to judge.
-	out, err := c.inbound.Extract(ctx, c.propagator(), carrier, pr)
+	out, err := c.inbound.Extract(ctx, prop, carrier, pr)
 	bag := baggage.FromContext(out)
 	// Only an accepted session comes back with the record of its values on
 	// top (sessionstate.Atop): a context without one holds no session. That
@@ -243,7 +255,7 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		return rc
 	}
 	// md is nil when it could not be read in place.
-	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, lines: lines, peer: pr, md: md}}
+	return &verdictContext{Context: out, v: verdict{c: c, err: err, bag: bag, present: present, quiet: quiet, lines: lines, md: md}}
 }
 
 // verdictContext is out with its verdict as the value of verdictKey{}: what

@@ -3,7 +3,9 @@ package grpcsession_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,6 +118,11 @@ func TestEdgeSessionOnServerSpan(t *testing.T) {
 				}
 				if tc.name == "untrusted" && (chat != "" || !refused) {
 					t.Fatalf("%s: server span session.chat_id %q, refusal event %v", s.Name, chat, refused)
+				}
+				// The event names the caller: the :authority it addressed
+				// and the address it called from.
+				if peer := "(grpc " + addr + " from 127.0.0.1)"; tc.name == "untrusted" && !strings.Contains(fmt.Sprint(s.Events[0].Attributes), peer) {
+					t.Fatalf("%s: the refusal event %v does not name the peer %s", s.Name, s.Events[0].Attributes, peer)
 				}
 			}
 			n := policy.Counts()

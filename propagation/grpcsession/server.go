@@ -24,6 +24,7 @@ import (
 	"github.com/sessionwire/sessionwire/propagation/internal/carrierwrap"
 	"github.com/sessionwire/sessionwire/propagation/internal/mention"
 	"github.com/sessionwire/sessionwire/propagation/internal/sessionevent"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 const (
@@ -117,7 +118,6 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if a := md[":authority"]; len(a) > 0 {
 		authority = a[0]
 	}
-	pr := peerOf(ctx, authority)
 	lines := carrier.Values(baggageKey)
 	extractFrom := otelprop.TextMapCarrier(carrier)
 	switch {
@@ -126,6 +126,13 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	case len(lines) == 1 && carrier.SingleValued():
 		extractFrom = oneBaggageLine{carrier}
 	}
+	prop := c.propagator()
+	// As in the Edge's propagator: a line that names no session is returned
+	// as extracted, consulting no peer (stockprop.NoSession).
+	pr := propagation.Peer{Transport: propagation.TransportGRPC}
+	if binErr != nil || len(lines) != 1 || !stockprop.NoSession(prop, extractFrom, lines[0]) {
+		pr = peerOf(ctx, authority)
+	}
 	base := ctx
 	if len(lines) > 0 && baggage.FromContext(ctx).Len() > 0 {
 		// otelgrpc's stats handler already extracted this baggage into ctx;
@@ -133,7 +140,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// session it finds there, which costs more than the policy itself.
 		base = baggage.ContextWithoutBaggage(ctx)
 	}
-	out, err := c.inbound.Extract(base, c.propagator(), extractFrom, pr)
+	out, err := c.inbound.Extract(base, prop, extractFrom, pr)
 	if binErr != nil {
 		err = binErr
 	}
@@ -197,11 +204,13 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 		out = baggage.ContextWithBaggage(ctx, v.bag)
 	}
 	hasSession := v.present
-	offered := !hasSession && mentionsSession(v.lines)
+	offered := !hasSession && !v.quiet && mentionsSession(v.lines)
 	if span := trace.SpanFromContext(out); v.err != nil {
 		sessionevent.Refused(span, v.err)
 	} else if offered {
-		sessionevent.StrippedIfOffered(span, v.bag, v.lines, v.peer)
+		// The peer is described again for the event, on this rare path,
+		// rather than kept in every call's verdict.
+		sessionevent.StrippedIfOffered(span, v.bag, v.lines, peerOf(out, authorityOf(out)))
 	}
 	switch {
 	case offered:
@@ -249,6 +258,15 @@ type oneBaggageLine struct{ c *callMD }
 func (o oneBaggageLine) Get(key string) string { return o.c.Get(key) }
 func (o oneBaggageLine) Set(key, value string) { o.c.Set(key, value) }
 func (o oneBaggageLine) Keys() []string        { return o.c.Keys() }
+
+// authorityOf returns the first :authority of ctx's incoming metadata,
+// which the client addressed.
+func authorityOf(ctx context.Context) string {
+	if a := metadata.ValueFromIncomingContext(ctx, ":authority"); len(a) > 0 {
+		return a[0]
+	}
+	return ""
+}
 
 // peerOf describes the caller: the address of the connection, and as its
 // name the verified client certificate's first URI SAN or DNS SAN when the
