@@ -205,12 +205,12 @@ func (c *config) actOn(ctx context.Context, v *verdict, method string) (context.
 	}
 	hasSession := v.present
 	offered := !hasSession && !v.quiet && mentionsSession(v.lines)
-	if span := trace.SpanFromContext(out); v.err != nil {
-		sessionevent.Refused(span, v.err)
+	if v.err != nil {
+		sessionevent.Refused(trace.SpanFromContext(out), v.err)
 	} else if offered {
 		// The peer is described again for the event, on this rare path,
 		// rather than kept in every call's verdict.
-		sessionevent.StrippedIfOffered(span, v.bag, v.lines, peerOf(out, authorityOf(out)))
+		sessionevent.StrippedIfOffered(trace.SpanFromContext(out), v.bag, v.lines, peerOf(out, authorityOf(out)))
 	}
 	switch {
 	case offered:
