@@ -239,10 +239,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 			raw = []string{v}
 		}
 	}
-	if holdsSession(ctx) {
-		ctx = otelsession.Reset(ctx)
-	}
-	ctx = prop.Extract(ctx, extractFrom)
+	ctx = resetAndExtract(ctx, prop, extractFrom)
 
 	// With one baggage line that only OpenTelemetry's W3C propagator
 	// parsed (through Get: no Values method), the session members of the
@@ -885,6 +882,18 @@ func (w *writtenMembers) keyOf(idx uint8) string {
 
 // fields is the session schema, read once.
 var fields = otelsession.Fields()
+
+// resetAndExtract Resets ctx's session, when it holds one, and extracts
+// carrier into it with prop: the whole inbound step for a carrier that
+// holds no session (stockprop.NoSession), and the first for any other.
+func resetAndExtract(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier) context.Context {
+	if holdsSession(ctx) {
+		ctx = otelsession.Reset(ctx)
+	}
+	return prop.Extract(ctx, carrier)
+}
+
+func init() { stockprop.Extract = resetAndExtract }
 
 // holdsSession reports whether ctx holds any state otelsession.Reset would
 // remove: session members in its baggage, or any state beside the baggage

@@ -228,18 +228,21 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		return c.except.Extract(ctx, carrier)
 	}
 	prop := c.propagator()
+	var out context.Context
+	var err error
 	// A call without baggage, or whose one line names no session, holds
 	// none once extracted (stockprop.NoSession, the policy's own rule): the
-	// policy returns it as extracted, consulting no peer, so the caller is
-	// described only for a call that may carry a session.
+	// policy's step for it is stockprop.Extract, which consults no peer, so
+	// the caller is described only for a call that may carry a session.
 	quiet := stockprop.NoSession(prop, carrier, first)
-	pr := propagation.Peer{Transport: propagation.TransportGRPC}
-	if !quiet {
-		pr = peerOf(ctx, carrier.Get(":authority"))
+	if quiet {
+		out = stockprop.Extract(ctx, prop, carrier)
+	} else {
+		// otelgrpc's carrier has no Values method, so the W3C propagator
+		// parses the one line once; any other carrier is Inbound.Extract's
+		// to judge.
+		out, err = c.inbound.Extract(ctx, prop, carrier, peerOf(ctx, carrier.Get(":authority")))
 	}
-	// otelgrpc's carrier has no Values method, so the W3C propagator parses
-	// the one line once; any other carrier is Inbound.Extract's to judge.
-	out, err := c.inbound.Extract(ctx, prop, carrier, pr)
 	bag := baggage.FromContext(out)
 	// Only an accepted session comes back with the record of its values on
 	// top (sessionstate.Atop): a context without one holds no session. That

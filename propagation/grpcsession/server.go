@@ -127,12 +127,6 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		extractFrom = oneBaggageLine{carrier}
 	}
 	prop := c.propagator()
-	// As in the Edge's propagator: a line that names no session is returned
-	// as extracted, consulting no peer (stockprop.NoSession).
-	pr := propagation.Peer{Transport: propagation.TransportGRPC}
-	if binErr != nil || len(lines) != 1 || !stockprop.NoSession(prop, extractFrom, lines[0]) {
-		pr = peerOf(ctx, authority)
-	}
 	base := ctx
 	if len(lines) > 0 && baggage.FromContext(ctx).Len() > 0 {
 		// otelgrpc's stats handler already extracted this baggage into ctx;
@@ -140,7 +134,15 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// session it finds there, which costs more than the policy itself.
 		base = baggage.ContextWithoutBaggage(ctx)
 	}
-	out, err := c.inbound.Extract(base, prop, extractFrom, pr)
+	var out context.Context
+	var err error
+	if binErr == nil && len(lines) == 1 && stockprop.NoSession(prop, extractFrom, lines[0]) {
+		// As in the Edge's propagator: the policy's step for a line that
+		// names no session, which consults no peer.
+		out = stockprop.Extract(base, prop, extractFrom)
+	} else {
+		out, err = c.inbound.Extract(base, prop, extractFrom, peerOf(ctx, authority))
+	}
 	if binErr != nil {
 		err = binErr
 	}
@@ -158,7 +160,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if span := trace.SpanFromContext(out); err != nil {
 		sessionevent.Refused(span, err)
 	} else if offered {
-		sessionevent.StrippedIfOffered(span, baggage.FromContext(out), lines, pr)
+		sessionevent.StrippedIfOffered(span, baggage.FromContext(out), lines, peerOf(ctx, authority))
 	}
 	if !hasSession && binErr != nil || offered {
 		// Code behind the interceptor that reads the incoming metadata again
