@@ -78,6 +78,12 @@ func TestRangeAgreesWithLookupAfterAnyWrites(t *testing.T) {
 		{"baggage replaced", func(t *testing.T, ctx context.Context) context.Context { return foreign(t, ctx, false) }},
 		{"baggage replaced, with a session member", func(t *testing.T, ctx context.Context) context.Context { return foreign(t, ctx, true) }},
 		{"baggage removed", func(_ *testing.T, ctx context.Context) context.Context { return baggage.ContextWithoutBaggage(ctx) }},
+		{"every record's hint overwritten", func(_ *testing.T, ctx context.Context) context.Context {
+			// The records stay in the context; RecordOf no longer finds
+			// them, and the reads must read the baggage itself alike.
+			sessionstate.ForgetRecorded()
+			return ctx
+		}},
 		{"a member set over the checked baggage", func(t *testing.T, ctx context.Context) context.Context {
 			m, err := baggage.NewMemberRaw(otelsession.FieldThreadID.Key(), "set-by-hand")
 			if err != nil {
@@ -150,4 +156,29 @@ func rawState(ctx context.Context, f otelsession.Field) (string, otelsession.Sta
 	default:
 		return v, otelsession.Set
 	}
+}
+
+// Every writer of a record tells RecordOf of it, so the reads of the
+// contexts the writers return take the record: Bind (built, cached, the
+// next message), the other writers, and a cached Bind whose hint another
+// baggage's overwrote since it was built.
+func TestWritersHintTheirRecords(t *testing.T) {
+	hinted := func(name string, ctx context.Context) {
+		t.Helper()
+		if sessionstate.RecordOf(ctx, baggage.FromContext(ctx)) == nil {
+			t.Errorf("%s: the reads do not find the context's record", name)
+		}
+	}
+	s := fullSession()
+	s.ChatID = "hint-" + t.Name()
+	hinted("Bind, built", otelsession.Bind(context.Background(), s))
+	hinted("Bind, cached", otelsession.Bind(context.Background(), s))
+	s.MessageID = "next"
+	hinted("Bind, the next message", otelsession.Bind(context.Background(), s))
+	sessionstate.ForgetRecorded()
+	hinted("Bind, cached after its hint was overwritten", otelsession.Bind(context.Background(), s))
+	ctx := otelsession.With(otelsession.Bind(context.Background(), s), otelsession.FieldThreadID, "t-other")
+	hinted("With", ctx)
+	hinted("WithSessionID", otelsession.WithSessionID(ctx, "s-other"))
+	hinted("Clear", otelsession.Clear(ctx))
 }

@@ -379,6 +379,7 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
 			l.rec.B, l.checkedPresent = checked, present
+			sessionstate.Recorded(checked)
 			if checked.Len() > 0 {
 				// What checked holds: the fields this edit wrote, over those
 				// kept from the checked baggage before it, whose record l

@@ -317,6 +317,7 @@ func (in *inboundSession) withRecord(ctx context.Context) context.Context {
 	rc := &sessionstate.RecordContext{Context: ctx}
 	r := &rc.R
 	r.B = b
+	sessionstate.Recorded(b)
 	for i := range fieldKeys {
 		if pos := signedPos[i]; pos >= 0 && in.vals[pos].ok {
 			r.SetFromBaggage(i, in.vals[pos].v)

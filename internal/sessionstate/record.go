@@ -2,6 +2,7 @@ package sessionstate
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -59,15 +60,66 @@ func IsRecordKey(key any) bool {
 // nearest record in ctx describes another baggage (code replaced the
 // baggage since) or there is none. A baggage never changes, so a record of
 // the very same map is exact.
+//
+// It may also return nil for a baggage whose record ctx does hold, when
+// the hint that one was made (Recorded) was since overwritten by another
+// baggage's: the caller reads b itself then, which the record describes
+// exactly, so a read's result never depends on the hint, only its cost.
 func RecordOf(ctx context.Context, b baggage.Baggage) *Record {
 	id := BaggageID(b)
-	if id == 0 {
+	if id == 0 || hintOf(id).Load() != id {
+		// No record was made of b (a baggage no sessionwire code built or
+		// accepted, the common case this spares the walk of the context),
+		// or its hint was overwritten.
 		return nil
 	}
 	if r, _ := ctx.Value(recordKey{}).(*Record); r != nil && BaggageID(r.B) == id {
 		return r
 	}
 	return nil
+}
+
+// hints holds, in the slot its address hashes to, the address of each
+// baggage map a record was made for, until another's takes the slot: what
+// lets RecordOf answer at once for a baggage no sessionwire code built or
+// accepted, where it would otherwise walk the whole context to learn that
+// no record is there. A slot holds an address, not the map: nothing is kept
+// alive, and the garbage collector does not scan the table. An address
+// that names another map since (the first was freed, its memory reused) only
+// costs that map's reads the walk, which then finds no record of it.
+var hints [1 << hintBits]atomic.Uintptr
+
+// hintBits sizes the table: 4,096 slots, 32 KiB. A record whose slot
+// another took is read from its baggage instead, at the raw read's cost.
+const hintBits = 12
+
+func hintOf(id uintptr) *atomic.Uintptr {
+	// Fibonacci hashing: the multiplier spreads the aligned addresses of
+	// maps allocated one after another over the table.
+	return &hints[uint64(id)*0x9E3779B97F4A7C15>>(64-hintBits)]
+}
+
+// Recorded notes that a record of b is made, for RecordOf: every writer of a
+// record calls it when it sets the record's B, and the bind cache when it
+// hands a built baggage out again (its hint may have been overwritten
+// since). A slot that already holds b's address is not written again, so
+// that the other processors reading it keep its cache line.
+func Recorded(b baggage.Baggage) {
+	id := BaggageID(b)
+	if id == 0 {
+		return
+	}
+	if h := hintOf(id); h.Load() != id {
+		h.Store(id)
+	}
+}
+
+// ForgetRecorded clears every hint, as if each had been overwritten: for
+// tests that hold the reads to their results without the records.
+func ForgetRecorded() {
+	for i := range hints {
+		hints[i].Store(0)
+	}
 }
 
 // RecordContext is its parent holding R: what context.WithValue of the

@@ -46,6 +46,7 @@ func TestRecordOf(t *testing.T) {
 	rc.R.B = b
 	rc.R.SetFromBaggage(0, "c")
 	var ctx context.Context = rc
+	Recorded(b)
 	if RecordOf(ctx, b) != &rc.R {
 		t.Fatal("the context's record of b is not found")
 	}
@@ -57,12 +58,44 @@ func TestRecordOf(t *testing.T) {
 	}
 	over := &RecordContext{Context: context.WithValue(ctx, otherKey{}, 1)}
 	over.R.B = other
+	Recorded(other)
 	if RecordOf(over, b) != nil || RecordOf(over, other) != &over.R {
 		t.Fatal("the nearest record is not the one returned")
 	}
 	if over.Value(otherKey{}) != 1 {
 		t.Fatal("RecordContext does not pass other keys to its parent")
 	}
+}
+
+// RecordOf looks for a record only of a baggage Recorded was told of, until
+// its hint is overwritten: then it returns nil, and the caller reads the
+// baggage itself.
+func TestRecordOfTakesTheHint(t *testing.T) {
+	b, _ := baggage.Parse("session.chat_id=c")
+	rc := &RecordContext{Context: context.Background()}
+	rc.R.B = b
+	if RecordOf(rc, b) != nil {
+		t.Fatal("a record was looked for without its hint")
+	}
+	Recorded(b)
+	if RecordOf(rc, b) != &rc.R {
+		t.Fatal("the record is not found after Recorded")
+	}
+	ForgetRecorded()
+	if RecordOf(rc, b) != nil {
+		t.Fatal("the record is found after its hint was cleared")
+	}
+	// Another map whose address takes b's slot overwrites its hint.
+	id := BaggageID(b)
+	hintOf(id).Store(id ^ 1)
+	if RecordOf(rc, b) != nil {
+		t.Fatal("the record is found after another address took its slot")
+	}
+	Recorded(b)
+	if RecordOf(rc, b) != &rc.R {
+		t.Fatal("the record is not found after Recorded again")
+	}
+	ForgetRecorded()
 }
 
 // A RecordContext answers its owner's key with Owner, any other key as its
