@@ -74,28 +74,25 @@ func TestRecordOfTakesTheHint(t *testing.T) {
 	b, _ := baggage.Parse("session.chat_id=c")
 	rc := &RecordContext{Context: context.Background()}
 	rc.R.B = b
-	if RecordOf(rc, b) != nil {
-		t.Fatal("a record was looked for without its hint")
-	}
-	Recorded(b)
-	if RecordOf(rc, b) != &rc.R {
-		t.Fatal("the record is not found after Recorded")
-	}
-	ForgetRecorded()
-	if RecordOf(rc, b) != nil {
-		t.Fatal("the record is found after its hint was cleared")
-	}
-	// Another map whose address takes b's slot overwrites its hint.
 	id := BaggageID(b)
-	hintOf(id).Store(id ^ 1)
-	if RecordOf(rc, b) != nil {
-		t.Fatal("the record is found after another address took its slot")
+	defer ForgetRecorded()
+	for _, step := range []struct {
+		after string
+		do    func()
+		found bool
+	}{
+		{"no hint", ForgetRecorded, false},
+		{"Recorded", func() { Recorded(b) }, true},
+		{"the hints cleared", ForgetRecorded, false},
+		// Another map whose address takes b's slot overwrites its hint.
+		{"another address took its slot", func() { Recorded(b); hintOf(id).Store(id ^ 1) }, false},
+		{"Recorded again", func() { Recorded(b) }, true},
+	} {
+		step.do()
+		if got := RecordOf(rc, b) == &rc.R; got != step.found {
+			t.Fatalf("after %s: the record is found: %v, want %v", step.after, got, step.found)
+		}
 	}
-	Recorded(b)
-	if RecordOf(rc, b) != &rc.R {
-		t.Fatal("the record is not found after Recorded again")
-	}
-	ForgetRecorded()
 }
 
 // A RecordContext answers its owner's key with Owner, any other key as its
