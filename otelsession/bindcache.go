@@ -208,8 +208,9 @@ func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, boo
 		loc = &l
 	}
 	bindHits.Add(1)
-	// The hint that b has a record may have been overwritten since it was
-	// built.
+	// Every baggage the cache hands out is noted here, a new message id's
+	// too: the hint that b has a record may have been overwritten since b
+	// was built.
 	sessionstate.Recorded(b)
 	return withLocal(baggage.ContextWithBaggage(ctx, b), loc), true
 }
@@ -241,7 +242,6 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	}
 	next := &builtOwn{builtBaggage: builtBaggage{msgID: msgID, b: b}, own: *last.loc}
 	next.own.rec.B = b
-	sessionstate.Recorded(b)
 	next.own.setRemote(int(FieldMessageID)-1, v)
 	next.loc = &next.own
 	ent.last.Store(&next.builtBaggage)

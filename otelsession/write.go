@@ -379,8 +379,10 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
 			l.rec.B, l.checkedPresent = checked, present
-			sessionstate.Recorded(checked)
 			if checked.Len() > 0 {
+				// The record is made (a state answers the record key only
+				// for a baggage with members): RecordOf is told of it.
+				sessionstate.Recorded(checked)
 				// What checked holds: the fields this edit wrote, over those
 				// kept from the checked baggage before it, whose record l
 				// copied; without one, nothing was kept.

@@ -100,9 +100,9 @@ func hintOf(id uintptr) *atomic.Uintptr {
 }
 
 // Recorded notes that a record of b is made, for RecordOf: every writer of a
-// record calls it when it sets the record's B, and the bind cache when it
-// hands a built baggage out again (its hint may have been overwritten
-// since). A slot that already holds b's address is not written again, so
+// record calls it when it sets the record's B, and the bind cache for every
+// baggage it hands out (its hint may have been overwritten since it was
+// built). A slot that already holds b's address is not written again, so
 // that the other processors reading it keep its cache line.
 func Recorded(b baggage.Baggage) {
 	id := BaggageID(b)
