@@ -66,17 +66,31 @@ func IsRecordKey(key any) bool {
 // baggage's: the caller reads b itself then, which the record describes
 // exactly, so a read's result never depends on the hint, only its cost.
 func RecordOf(ctx context.Context, b baggage.Baggage) *Record {
-	id := BaggageID(b)
-	if id == 0 || hintOf(id).Load() != id {
+	if !MayHaveRecord(b) {
 		// No record was made of b (a baggage no sessionwire code built or
 		// accepted, the common case this spares the walk of the context),
 		// or its hint was overwritten.
 		return nil
 	}
-	if r, _ := ctx.Value(recordKey{}).(*Record); r != nil && BaggageID(r.B) == id {
+	return RecordIn(ctx, b)
+}
+
+// RecordIn is RecordOf once MayHaveRecord(b) has returned true: the walk of
+// the context alone, for the hot reads that test the hint inlined first.
+func RecordIn(ctx context.Context, b baggage.Baggage) *Record {
+	if r, _ := ctx.Value(recordKey{}).(*Record); r != nil && SameBaggage(r.B, b) {
 		return r
 	}
 	return nil
+}
+
+// MayHaveRecord is RecordOf's first step, small enough to be inlined into
+// a hot read: false when no record was made of b (or its hint was
+// overwritten), so that RecordOf would return nil, which a read of a
+// baggage no sessionwire code built then learns without a call.
+func MayHaveRecord(b baggage.Baggage) bool {
+	id := BaggageID(b)
+	return id != 0 && hintOf(id).Load() == id
 }
 
 // hints holds, in the slot its address hashes to, the address of each

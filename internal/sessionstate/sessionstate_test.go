@@ -92,6 +92,10 @@ func TestRecordOfTakesTheHint(t *testing.T) {
 		if got := RecordOf(rc, b) == &rc.R; got != step.found {
 			t.Fatalf("after %s: the record is found: %v, want %v", step.after, got, step.found)
 		}
+		// The inlined first step, and the walk the hot reads take after it.
+		if got := MayHaveRecord(b) && RecordIn(rc, b) == &rc.R; got != step.found {
+			t.Fatalf("after %s: MayHaveRecord then RecordIn find the record: %v, want %v", step.after, got, step.found)
+		}
 	}
 }
 
