@@ -30,10 +30,19 @@ var pkgs = []struct{ dir, bench string }{
 	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|client)$"},
 }
 
+// scripts are measured beside the packages, in the same rounds: the Python
+// original's bind and read (python/original_bench.py), which prints Go
+// benchmark lines. Its results are keyed by the package "python".
+var scripts = []struct{ pkg, interpreter, path string }{
+	{"python", "python3", "internal/cmd/perftables/python/original_bench.py"},
+}
+
 // A row is one operation beside its baseline; names are benchmark names
-// without the -GOMAXPROCS suffix.
+// without the -GOMAXPROCS suffix. The baseline is in the row's package
+// unless basePkg names another.
 type row struct {
 	label, pkg, name, base string
+	basePkg                string
 }
 
 // How a table compares a row with its baseline.
@@ -51,95 +60,106 @@ type table struct {
 
 var tables = []table{
 	{id: "core", baseHeader: "OpenTelemetry floor beside it", compare: ratio, rows: []row{
-		{"`Bind`, a session bound before (cached)", "otelsession", "BenchmarkBind/sessionwire/Bind", "BenchmarkBind/baseline/baggage.New_prebuilt"},
-		{"`Bind`, the next message of a conversation (cached, new message id)", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkBind/baseline/SetMember_new_message_id"},
-		{"`Bind`, a session never bound before", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/baggage.New_prebuilt"},
-		{"`Bind`, a session never bound before, beside building its members too", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/NewMemberRaw_and_New"},
-		{"`Bind` over 5 foreign members (merged, not cached)", "otelsession", "BenchmarkBind/sessionwire/Bind_over_5_foreign_members", "BenchmarkBind/baseline/baggage.New_prebuilt"},
-		{"baseline: `baggage.New` of the same prebuilt members + `ContextWithBaggage`", "otelsession", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
-		{"baseline: `baggage.NewMemberRaw` of the same values, then `baggage.New` + `ContextWithBaggage` (a program without sessionwire)", "otelsession", "BenchmarkBind/baseline/NewMemberRaw_and_New", ""},
-		{"baseline: `Baggage.SetMember` of a prebuilt message id member + `ContextWithBaggage` (the floor for the next message)", "otelsession", "BenchmarkBind/baseline/SetMember_new_message_id", ""},
-		{"baseline: `context.WithValue` of a struct (no propagation at all)", "otelsession", "BenchmarkBind/baseline/context.WithValue_struct", ""},
-		{"`Lookup`, remote field", "otelsession", "BenchmarkLookup/sessionwire/Lookup", "BenchmarkLookup/baseline/baggage_Member_Value"},
-		{"`Getenv`, bound field", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkLookup/baseline/baggage_Member_Value"},
-		{"`Lookup`, remote field, a worker's context (accepted from a message by an inbound policy, under a span)", "otelsession", "BenchmarkLookup/extracted/sessionwire/Lookup", "BenchmarkLookup/extracted/baseline/baggage_Member_Value"},
-		{"`Getenv`, bound field, a worker's context", "otelsession", "BenchmarkLookup/extracted/sessionwire/Getenv", "BenchmarkLookup/extracted/baseline/baggage_Member_Value"},
-		{"`Lookup`, remote field, baggage no sessionwire code built or accepted (the stock propagator's extraction, under a span)", "otelsession", "BenchmarkLookup/foreign/sessionwire/Lookup", "BenchmarkLookup/foreign/baseline/baggage_Member_Value"},
-		{"`Getenv`, bound field, the same context", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkLookup/foreign/baseline/baggage_Member_Value"},
-		{"`Lookup`, local field", "otelsession", "BenchmarkLookup/sessionwire/Lookup_local_field", ""},
-		{"`Getenv`, Unset (falls back to the environment)", "otelsession", "BenchmarkLookup/sessionwire/Getenv_unset_fallback", ""},
-		{"baseline: `baggage.FromContext(ctx).Member(k).Value()`", "otelsession", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
-		{"`FromContext`, every field", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/FromContext", ""},
-		{"`Reset` of a full session", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/Reset", ""},
+		{"`Bind`, a session bound before (cached)", "otelsession", "BenchmarkBind/sessionwire/Bind", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
+		{"`Bind`, the next message of a conversation (cached, new message id)", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkBind/baseline/SetMember_new_message_id", ""},
+		{"`Bind`, a session never bound before", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
+		{"`Bind`, a session never bound before, beside building its members too", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/NewMemberRaw_and_New", ""},
+		{"`Bind` over 5 foreign members (merged, not cached)", "otelsession", "BenchmarkBind/sessionwire/Bind_over_5_foreign_members", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
+		{"baseline: `baggage.New` of the same prebuilt members + `ContextWithBaggage`", "otelsession", "BenchmarkBind/baseline/baggage.New_prebuilt", "", ""},
+		{"baseline: `baggage.NewMemberRaw` of the same values, then `baggage.New` + `ContextWithBaggage` (a program without sessionwire)", "otelsession", "BenchmarkBind/baseline/NewMemberRaw_and_New", "", ""},
+		{"baseline: `Baggage.SetMember` of a prebuilt message id member + `ContextWithBaggage` (the floor for the next message)", "otelsession", "BenchmarkBind/baseline/SetMember_new_message_id", "", ""},
+		{"baseline: `context.WithValue` of a struct (no propagation at all)", "otelsession", "BenchmarkBind/baseline/context.WithValue_struct", "", ""},
+		{"`Lookup`, remote field", "otelsession", "BenchmarkLookup/sessionwire/Lookup", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
+		{"`Getenv`, bound field", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
+		{"`Lookup`, remote field, a worker's context (accepted from a message by an inbound policy, under a span)", "otelsession", "BenchmarkLookup/extracted/sessionwire/Lookup", "BenchmarkLookup/extracted/baseline/baggage_Member_Value", ""},
+		{"`Getenv`, bound field, a worker's context", "otelsession", "BenchmarkLookup/extracted/sessionwire/Getenv", "BenchmarkLookup/extracted/baseline/baggage_Member_Value", ""},
+		{"`Lookup`, remote field, baggage no sessionwire code built or accepted (the stock propagator's extraction, under a span)", "otelsession", "BenchmarkLookup/foreign/sessionwire/Lookup", "BenchmarkLookup/foreign/baseline/baggage_Member_Value", ""},
+		{"`Getenv`, bound field, the same context", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkLookup/foreign/baseline/baggage_Member_Value", ""},
+		{"`Lookup`, local field", "otelsession", "BenchmarkLookup/sessionwire/Lookup_local_field", "", ""},
+		{"`Getenv`, Unset (falls back to the environment)", "otelsession", "BenchmarkLookup/sessionwire/Getenv_unset_fallback", "", ""},
+		{"baseline: `baggage.FromContext(ctx).Member(k).Value()`", "otelsession", "BenchmarkLookup/baseline/baggage_Member_Value", "", ""},
+		{"`FromContext`, every field", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/FromContext", "", ""},
+		{"`Reset` of a full session", "otelsession", "BenchmarkSnapshotAndReset/sessionwire/Reset", "", ""},
+	}},
+	{id: "python", baseHeader: "the Python original beside it", compare: ratio, rows: []row{
+		{"the Python original: `set_session_vars`, whole, as the gateway calls it", "python", "BenchmarkPythonOriginal/set_session_vars", "", ""},
+		{"the Python original: its 19 `ContextVar.set` calls alone (no call, tokens or cwd)", "python", "BenchmarkPythonOriginal/19_ContextVar_set_alone", "", ""},
+		{"the Python original: `get_session_env` of a bound variable", "python", "BenchmarkPythonOriginal/get_session_env", "", ""},
+		{"`Bind`, a session bound before (cached), beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind", "BenchmarkPythonOriginal/set_session_vars", "python"},
+		{"`Bind`, the next message of a conversation, beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkPythonOriginal/set_session_vars", "python"},
+		{"`Bind`, the next message of a conversation, beside the 19 `ContextVar.set` alone", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkPythonOriginal/19_ContextVar_set_alone", "python"},
+		{"`Bind`, a session never bound before, beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkPythonOriginal/set_session_vars", "python"},
+		{"`Getenv`, bound field, beside `get_session_env`", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkPythonOriginal/get_session_env", "python"},
+		{"`Getenv`, bound field, baggage no sessionwire code built, beside `get_session_env`", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkPythonOriginal/get_session_env", "python"},
 	}},
 	{id: "boundary", baseHeader: "raw OpenTelemetry path", compare: pct, rows: []row{
-		{"inbound HTTP: `Inbound.Extract` from `HeaderCarrier`", "propagation/httpsession", "BenchmarkInbound/HeaderCarrier/path=session", "BenchmarkInbound/HeaderCarrier/path=raw"},
-		{"inbound: `Inbound.Extract` from `MapCarrier`", "propagation/httpsession", "BenchmarkInbound/MapCarrier/path=session", "BenchmarkInbound/MapCarrier/path=raw"},
-		{"inbound HTTP: the whole `httpsession.Handler` step", "propagation/httpsession", "BenchmarkInbound/Handler/path=session", "BenchmarkInbound/Handler/path=raw"},
-		{"inbound, signed: `Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract"},
-		{"HTTP server, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Handler` (recommended)", "propagation/httpsession", "BenchmarkServerStack/path=session", "BenchmarkServerStack/path=raw"},
-		{"HTTP server, `otelhttp` given W3C too around `Handler` (baggage parsed twice)", "propagation/httpsession", "BenchmarkServerStack/path=session_otelhttp_W3C_too", "BenchmarkServerStack/path=raw"},
-		{"outbound: `Outbound.Inject`, allowed", "propagation", "BenchmarkOutboundInject/allowed/path=session", "BenchmarkOutboundInject/allowed/path=raw"},
-		{"outbound: `Outbound.Inject`, withheld (raw sends the session)", "propagation", "BenchmarkOutboundInject/withheld/path=session", "BenchmarkOutboundInject/withheld/path=raw"},
-		{"outbound: `Outbound.Inject`, no session in the context", "propagation", "BenchmarkOutboundInject/no_session/path=session", "BenchmarkOutboundInject/no_session/path=raw"},
-		{"outbound, signed: `Outbound.Inject`, allowed and signed (raw path signing the same bytes)", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw_signed"},
-		{"… the same beside the unsigned raw path (what signing adds)", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw"},
-		{"outbound HTTP: `Transport`, destination allowed", "propagation/httpsession", "BenchmarkOutbound/Transport_allowed/path=session", "BenchmarkOutbound/Transport_allowed/path=raw"},
-		{"outbound HTTP: `Transport`, session withheld", "propagation/httpsession", "BenchmarkOutbound/Transport_withheld/path=session", "BenchmarkOutbound/Transport_withheld/path=raw"},
-		{"outbound HTTP, signed: `Transport`, allowed and signed (raw path signing the same bytes)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw_signed"},
-		{"… the same beside the unsigned raw path (what signing adds)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw"},
-		{"HTTP client, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Transport` (the configuration before the ClientEdge)", "propagation/httpsession", "BenchmarkClientStack/path=session", "BenchmarkClientStack/path=raw"},
-		{"HTTP client, `otelhttp` given W3C too around `Transport` (baggage written twice)", "propagation/httpsession", "BenchmarkClientStack/path=session_otelhttp_W3C_too", "BenchmarkClientStack/path=raw"},
-		{"HTTP client, the whole instrumented request: `ClientEdge.Transport` around `otelhttp` given `ClientEdge.Propagator()` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=client_edge", "BenchmarkClientStack/path=raw"},
-		{"NATS publish: `Publisher.Inject`", "propagation/natssession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
-		{"NATS publish, signed for its `Nats-Msg-Id` (raw path signing the same bytes)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw_signed"},
-		{"… the same beside the unsigned raw path (what signing adds)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw"},
-		{"NATS consume: `Consumer.Extract`", "propagation/natssession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
-		{"NATS consume, signature verified", "propagation/natssession", "BenchmarkExtract/Consumer.Extract_verified/path=session", "BenchmarkExtract/Consumer.Extract_verified/path=raw"},
-		{"Kafka publish: `Publisher.Inject`", "propagation/kafkasession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
-		{"Kafka consume: `Consumer.Extract`", "propagation/kafkasession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
-		{"AMQP publish: `Publisher.Inject`", "propagation/amqpsession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw"},
-		{"AMQP consume: `Consumer.Extract`", "propagation/amqpsession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw"},
-		{"gRPC server: `otelgrpc` given `ExceptBaggage` + the inbound policy", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_except_baggage+policy", "BenchmarkSteps/server/otelgrpc"},
-		{"gRPC server, `otelgrpc` given W3C too (baggage parsed twice)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/server/otelgrpc"},
-		{"gRPC server: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_edge_propagator", "BenchmarkSteps/server/otelgrpc"},
-		{"gRPC server, a call carrying only the application's own baggage: the `Edge` (recommended)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage/otelgrpc"},
-		{"gRPC client: `otelgrpc` given `ExceptBaggage` + the outbound policy", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_except_baggage+policy", "BenchmarkSteps/client/otelgrpc"},
-		{"gRPC client, `otelgrpc` given W3C too (baggage written twice)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/client/otelgrpc"},
-		{"gRPC client: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_edge_propagator", "BenchmarkSteps/client/otelgrpc"},
-		{"child environment: `execsession.Environ` (raw path writing the same legacy variables)", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw_with_vars"},
-		{"… the same beside the raw path without them (what the legacy variables add)", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw"},
-		{"child environment, signed (raw path signing the same bytes)", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw_signed"},
-		{"… the same beside the unsigned raw path (what signing adds)", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw"},
+		{"inbound HTTP: `Inbound.Extract` from `HeaderCarrier`", "propagation/httpsession", "BenchmarkInbound/HeaderCarrier/path=session", "BenchmarkInbound/HeaderCarrier/path=raw", ""},
+		{"inbound: `Inbound.Extract` from `MapCarrier`", "propagation/httpsession", "BenchmarkInbound/MapCarrier/path=session", "BenchmarkInbound/MapCarrier/path=raw", ""},
+		{"inbound HTTP: the whole `httpsession.Handler` step", "propagation/httpsession", "BenchmarkInbound/Handler/path=session", "BenchmarkInbound/Handler/path=raw", ""},
+		{"inbound, signed: `Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract", ""},
+		{"HTTP server, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Handler` (recommended)", "propagation/httpsession", "BenchmarkServerStack/path=session", "BenchmarkServerStack/path=raw", ""},
+		{"HTTP server, `otelhttp` given W3C too around `Handler` (baggage parsed twice)", "propagation/httpsession", "BenchmarkServerStack/path=session_otelhttp_W3C_too", "BenchmarkServerStack/path=raw", ""},
+		{"outbound: `Outbound.Inject`, allowed", "propagation", "BenchmarkOutboundInject/allowed/path=session", "BenchmarkOutboundInject/allowed/path=raw", ""},
+		{"outbound: `Outbound.Inject`, withheld (raw sends the session)", "propagation", "BenchmarkOutboundInject/withheld/path=session", "BenchmarkOutboundInject/withheld/path=raw", ""},
+		{"outbound: `Outbound.Inject`, no session in the context", "propagation", "BenchmarkOutboundInject/no_session/path=session", "BenchmarkOutboundInject/no_session/path=raw", ""},
+		{"outbound, signed: `Outbound.Inject`, allowed and signed (raw path signing the same bytes)", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw_signed", ""},
+		{"… the same beside the unsigned raw path (what signing adds)", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw", ""},
+		{"outbound HTTP: `Transport`, destination allowed", "propagation/httpsession", "BenchmarkOutbound/Transport_allowed/path=session", "BenchmarkOutbound/Transport_allowed/path=raw", ""},
+		{"outbound HTTP: `Transport`, session withheld", "propagation/httpsession", "BenchmarkOutbound/Transport_withheld/path=session", "BenchmarkOutbound/Transport_withheld/path=raw", ""},
+		{"outbound HTTP, signed: `Transport`, allowed and signed (raw path signing the same bytes)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw_signed", ""},
+		{"… the same beside the unsigned raw path (what signing adds)", "propagation/httpsession", "BenchmarkOutbound/Transport_signed/path=session", "BenchmarkOutbound/Transport_signed/path=raw", ""},
+		{"HTTP client, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Transport` (the configuration before the ClientEdge)", "propagation/httpsession", "BenchmarkClientStack/path=session", "BenchmarkClientStack/path=raw", ""},
+		{"HTTP client, `otelhttp` given W3C too around `Transport` (baggage written twice)", "propagation/httpsession", "BenchmarkClientStack/path=session_otelhttp_W3C_too", "BenchmarkClientStack/path=raw", ""},
+		{"HTTP client, the whole instrumented request: `ClientEdge.Transport` around `otelhttp` given `ClientEdge.Propagator()` (recommended)", "propagation/httpsession", "BenchmarkClientStack/path=client_edge", "BenchmarkClientStack/path=raw", ""},
+		{"NATS publish: `Publisher.Inject`", "propagation/natssession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw", ""},
+		{"NATS publish, signed for its `Nats-Msg-Id` (raw path signing the same bytes)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw_signed", ""},
+		{"… the same beside the unsigned raw path (what signing adds)", "propagation/natssession", "BenchmarkInject/Publisher.Inject_signed/path=session", "BenchmarkInject/Publisher.Inject_signed/path=raw", ""},
+		{"NATS consume: `Consumer.Extract`", "propagation/natssession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw", ""},
+		{"NATS consume, signature verified", "propagation/natssession", "BenchmarkExtract/Consumer.Extract_verified/path=session", "BenchmarkExtract/Consumer.Extract_verified/path=raw", ""},
+		{"Kafka publish: `Publisher.Inject`", "propagation/kafkasession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw", ""},
+		{"Kafka consume: `Consumer.Extract`", "propagation/kafkasession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw", ""},
+		{"AMQP publish: `Publisher.Inject`", "propagation/amqpsession", "BenchmarkInject/Publisher.Inject/path=session", "BenchmarkInject/Publisher.Inject/path=raw", ""},
+		{"AMQP consume: `Consumer.Extract`", "propagation/amqpsession", "BenchmarkExtract/Consumer.Extract/path=session", "BenchmarkExtract/Consumer.Extract/path=raw", ""},
+		{"gRPC server: `otelgrpc` given `ExceptBaggage` + the inbound policy", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_except_baggage+policy", "BenchmarkSteps/server/otelgrpc", ""},
+		{"gRPC server, `otelgrpc` given W3C too (baggage parsed twice)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/server/otelgrpc", ""},
+		{"gRPC server: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_edge_propagator", "BenchmarkSteps/server/otelgrpc", ""},
+		{"gRPC server, a call carrying only the application's own baggage: the `Edge` (recommended)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage/otelgrpc", ""},
+		{"gRPC client: `otelgrpc` given `ExceptBaggage` + the outbound policy", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_except_baggage+policy", "BenchmarkSteps/client/otelgrpc", ""},
+		{"gRPC client, `otelgrpc` given W3C too (baggage written twice)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/client/otelgrpc", ""},
+		{"gRPC client: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_edge_propagator", "BenchmarkSteps/client/otelgrpc", ""},
+		{"child environment: `execsession.Environ` (raw path writing the same legacy variables)", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw_with_vars", ""},
+		{"… the same beside the raw path without them (what the legacy variables add)", "propagation/execsession", "BenchmarkEnviron/Environ/path=session", "BenchmarkEnviron/Environ/path=raw", ""},
+		{"child environment, signed (raw path signing the same bytes)", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw_signed", ""},
+		{"… the same beside the unsigned raw path (what signing adds)", "propagation/execsession", "BenchmarkEnviron/Environ_signed/path=session", "BenchmarkEnviron/Environ_signed/path=raw", ""},
 	}},
 	{id: "signing", baseHeader: "stock `propagation.Baggage{}.Extract`", compare: delta, rows: []row{
-		{"stock `propagation.Baggage{}.Extract` (baseline)", "propagation", "BenchmarkSignature/otel/Extract", ""},
-		{"`Inbound.Extract`, trusted peer, unsigned", "propagation", "BenchmarkSignature/Extract/unsigned", "BenchmarkSignature/otel/Extract"},
-		{"`Inbound.Extract`, trusted peer, signature carried, not checked", "propagation", "BenchmarkSignature/Extract/signed,unverified", "BenchmarkSignature/otel/Extract"},
-		{"`Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract"},
-		{"`Verifier.Verify` alone (reads the members itself)", "propagation", "BenchmarkSignature/Verify", ""},
-		{"`otelsession.Bind` (what a gateway does just before signing; cached)", "propagation", "BenchmarkSignature/Bind", ""},
-		{"`Signer.Sign`", "propagation", "BenchmarkSignature/Sign", ""},
+		{"stock `propagation.Baggage{}.Extract` (baseline)", "propagation", "BenchmarkSignature/otel/Extract", "", ""},
+		{"`Inbound.Extract`, trusted peer, unsigned", "propagation", "BenchmarkSignature/Extract/unsigned", "BenchmarkSignature/otel/Extract", ""},
+		{"`Inbound.Extract`, trusted peer, signature carried, not checked", "propagation", "BenchmarkSignature/Extract/signed,unverified", "BenchmarkSignature/otel/Extract", ""},
+		{"`Inbound.Extract`, untrusted peer, signature verified", "propagation", "BenchmarkSignature/Extract/signed,verified", "BenchmarkSignature/otel/Extract", ""},
+		{"`Verifier.Verify` alone (reads the members itself)", "propagation", "BenchmarkSignature/Verify", "", ""},
+		{"`otelsession.Bind` (what a gateway does just before signing; cached)", "propagation", "BenchmarkSignature/Bind", "", ""},
+		{"`Signer.Sign`", "propagation", "BenchmarkSignature/Sign", "", ""},
 	}},
 	{id: "spans", baseHeader: "span without attributes", compare: delta, rows: []row{
-		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
-		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… the same 7 default attributes set by a processor that does nothing else (the SDK's own cost of them)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… the same 7 default attributes given at start (`trace.WithAttributes`)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… 8 attributes set by a processor that does nothing else (the SDK's cost of one more)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/8_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… 9 attributes set by a processor that does nothing else (two more)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/9_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… with `SpanProcessor`, default fields, no hash key", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_no_key", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"span start + end over 1,024 sessions in turn, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn", ""},
-		{"… with `SpanProcessor`, default fields (the first span of each session: nothing remembered)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_1024_sessions_in_turn", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn"},
-		{"… with `SpanProcessor`, default fields and `ConversationID` (`gen_ai.conversation.id`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_conversation_id", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… with `SpanProcessor`, every field (`SpanFields: otelsession.Fields()`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_all_fields", "BenchmarkSpanStart/baseline/no_session_attributes"},
-		{"… the same 20 attributes given at start (the SDK's own cost)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/same_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes"},
+		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", "", ""},
+		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… the same 7 default attributes set by a processor that does nothing else (the SDK's own cost of them)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… the same 7 default attributes given at start (`trace.WithAttributes`)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/default_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… 8 attributes set by a processor that does nothing else (the SDK's cost of one more)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/8_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… 9 attributes set by a processor that does nothing else (two more)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/9_attributes_set_at_start", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… with `SpanProcessor`, default fields, no hash key", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_no_key", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"span start + end over 1,024 sessions in turn, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn", "", ""},
+		{"… with `SpanProcessor`, default fields (the first span of each session: nothing remembered)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_1024_sessions_in_turn", "BenchmarkSpanStart/baseline/no_session_attributes_1024_sessions_in_turn", ""},
+		{"… with `SpanProcessor`, default fields and `ConversationID` (`gen_ai.conversation.id`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_conversation_id", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… with `SpanProcessor`, every field (`SpanFields: otelsession.Fields()`)", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor_all_fields", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
+		{"… the same 20 attributes given at start (the SDK's own cost)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/same_attributes_given_at_start", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
 	}},
 	{id: "logs", baseHeader: "the same record without the session", compare: delta, rows: []row{
-		{"`slog` JSON record (baseline)", "otelsession/sessiontrace", "BenchmarkLogRecord/baseline/json_handler", ""},
-		{"`slog` JSON record through `LogHandler`, every field", "otelsession/sessiontrace", "BenchmarkLogRecord/sessiontrace/log_handler", "BenchmarkLogRecord/baseline/json_handler"},
-		{"OTel log record (baseline)", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/baseline/no_session_processor", ""},
-		{"OTel log record with `LogProcessor`, every field", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/sessiontrace/log_processor", "BenchmarkOTelLogRecord/baseline/no_session_processor"},
+		{"`slog` JSON record (baseline)", "otelsession/sessiontrace", "BenchmarkLogRecord/baseline/json_handler", "", ""},
+		{"`slog` JSON record through `LogHandler`, every field", "otelsession/sessiontrace", "BenchmarkLogRecord/sessiontrace/log_handler", "BenchmarkLogRecord/baseline/json_handler", ""},
+		{"OTel log record (baseline)", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/baseline/no_session_processor", "", ""},
+		{"OTel log record with `LogProcessor`, every field", "otelsession/sessiontrace", "BenchmarkOTelLogRecord/sessiontrace/log_processor", "BenchmarkOTelLogRecord/baseline/no_session_processor", ""},
 	}},
 }
 
@@ -202,6 +222,16 @@ func run() error {
 			raw.Write(out)
 			parse(p.dir, out, results)
 		}
+		for _, sc := range scripts {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, sc.path)
+			out, err := runScript(sc.interpreter, sc.path, *benchtime)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", r, err)
+			}
+			fmt.Fprintf(&raw, "pkg: %s\n", sc.pkg)
+			raw.Write(out)
+			parse(sc.pkg, out, results)
+		}
 	}
 	machine += fmt.Sprintf(", load average %s at the end; %d rounds of -benchtime %s in %s",
 		loadAverage(), *rounds, *benchtime, time.Since(start).Round(time.Second))
@@ -234,6 +264,25 @@ func run() error {
 		return nil
 	}
 	return rewrite(*readme, blocks)
+}
+
+// runScript runs a benchmark script with benchtime (a Go duration, as
+// -test.benchtime takes it) in seconds, and returns what it printed.
+func runScript(interpreter, path, benchtime string) ([]byte, error) {
+	d, err := time.ParseDuration(benchtime)
+	if err != nil {
+		return nil, fmt.Errorf("-benchtime %q is not a duration, which %s needs: %w", benchtime, path, err)
+	}
+	if _, err := exec.LookPath(interpreter); err != nil {
+		return nil, fmt.Errorf("%s needs %s, which is not on PATH (install it to measure the Python original beside sessionwire): %w", path, interpreter, err)
+	}
+	cmd := exec.Command(interpreter, path, "-benchtime", strconv.FormatFloat(d.Seconds(), 'g', -1, 64))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("run %s %s: %w", interpreter, path, err)
+	}
+	return out, nil
 }
 
 func tableIDs() []string {
@@ -352,14 +401,18 @@ func render(t table, results map[string]*result) (string, error) {
 			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.name, r.pkg)
 		}
 		ns, mark := timeOf(res)
-		fmt.Fprintf(&b, "| %s | %s%s | %s | %s |", r.label, num(ns), mark, count(median(res.bytes)), count(median(res.allocs)))
+		fmt.Fprintf(&b, "| %s | %s%s | %s | %s |", r.label, num(ns), mark, countOf(res.bytes), countOf(res.allocs))
 		if r.base == "" {
 			b.WriteString(" | |\n")
 			continue
 		}
-		base := results[r.pkg+" "+r.base]
+		basePkg := r.basePkg
+		if basePkg == "" {
+			basePkg = r.pkg
+		}
+		base := results[basePkg+" "+r.base]
 		if base == nil {
-			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.base, r.pkg)
+			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.base, basePkg)
 		}
 		bns, _ := timeOf(base)
 		// The comparison is the median over the rounds of each round's own
@@ -391,6 +444,15 @@ func num(v float64) string {
 
 // count formats a median count (bytes, allocations) as a whole number.
 func count(v float64) string { return thousands(int64(v + 0.5)) }
+
+// countOf is count of the median of v, or blank when the benchmark did not
+// report it (the Python original's do not).
+func countOf(v []float64) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return count(median(v))
+}
 
 func thousands(n int64) string {
 	s := strconv.FormatInt(n, 10)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -55,5 +56,32 @@ Showing nodes accounting for 2.15s, 75.70% of 2.84s total
 	}
 	if _, ok := first(cum, `nowhere`); ok {
 		t.Error("a function absent from the listing was found")
+	}
+}
+
+// A row may sit beside a baseline of another package (the Python original's
+// bind beside Bind): the rounds still pair, and a result that reports no
+// memory leaves its columns blank rather than claiming 0.
+func TestRenderPairsARowWithABaselineOfAnotherPackage(t *testing.T) {
+	results := map[string]*result{
+		"otelsession BenchmarkBind/x": {cpu: []float64{300, 900, 310}, bytes: []float64{96, 96, 96}, allocs: []float64{3, 3, 3}},
+		"python BenchmarkPy/bind":     {cpu: []float64{3000, 9000, 3100}},
+	}
+	tb := table{id: "t", baseHeader: "python", compare: ratio, rows: []row{
+		{"py", "python", "BenchmarkPy/bind", "", ""},
+		{"go beside py", "otelsession", "BenchmarkBind/x", "BenchmarkPy/bind", "python"},
+	}}
+	got, err := render(tb, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| py | 3,100 |  |  | | |\n", "| go beside py | 310 | 96 | 3 | 3,100 | 0.10× |\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q:\n%s", want, got)
+		}
+	}
+	tb.rows[1].basePkg = "elsewhere"
+	if _, err := render(tb, results); err == nil || !strings.Contains(err.Error(), "in elsewhere") {
+		t.Errorf("a baseline missing from its package gave %v", err)
 	}
 }
