@@ -16,6 +16,12 @@
 //	go run ./internal/cmd/perftables -n                 # print the tables, leave README.md alone
 //	go run ./internal/cmd/perftables -profiles internal/cmd/perftables/profiles
 //
+// Each round also runs python/original_bench.py with python3: the Python
+// original's bind and read, written out from the module sessionwire
+// replaces, which the README's "Beside the Python original" table sets
+// beside Bind and Getenv. Without python3 on the PATH the run stops and
+// says so.
+//
 // -profiles also records, into that directory, the CPU profile of each
 // benchmark listed in profiles.go, with the shares of the parts of the
 // function it divides (OpenTelemetry's calls, the policy's checks): the
