@@ -19,8 +19,8 @@
 // Each round also runs python/original_bench.py with python3: the Python
 // original's bind and read, written out from the module sessionwire
 // replaces, which the README's "Beside the Python original" table sets
-// beside Bind and Getenv. Without python3 on the PATH the run stops and
-// says so.
+// beside Bind and Getenv. Without python3 on the PATH the run stops before
+// it starts and says so; -python "" leaves that table as it is.
 //
 // -profiles also records, into that directory, the CPU profile of each
 // benchmark listed in profiles.go, with the shares of the parts of the

@@ -30,12 +30,11 @@ var pkgs = []struct{ dir, bench string }{
 	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|client)$"},
 }
 
-// scripts are measured beside the packages, in the same rounds: the Python
-// original's bind and read (python/original_bench.py), which prints Go
-// benchmark lines. Its results are keyed by the package "python".
-var scripts = []struct{ pkg, interpreter, path string }{
-	{"python", "python3", "internal/cmd/perftables/python/original_bench.py"},
-}
+// pythonBench is measured beside the packages, in the same rounds: the
+// Python original's bind and read, which prints Go benchmark lines. Its
+// results are keyed by the package "python", and only the table "python"
+// reads them.
+const pythonBench = "internal/cmd/perftables/python/original_bench.py"
 
 // A row is one operation beside its baseline; names are benchmark names
 // without the -GOMAXPROCS suffix. The baseline is in the row's package
@@ -183,12 +182,18 @@ func run() error {
 	rawOut := flag.String("raw", "", "also write every benchmark line to this file (for benchstat)")
 	profDir := flag.String("profiles", "", "also record the CPU profiles behind the README's \"where the cost goes\" into this directory")
 	profTime := flag.String("profiletime", "4s", "-test.benchtime of each profiled benchmark")
+	python := flag.String("python", "python3", "the interpreter that runs the Python original's benchmark; \"\" skips it and leaves its table as it is")
 	flag.Parse()
 	if *rounds < 1 {
 		return errors.New("-rounds must be at least 1")
 	}
 	if _, err := os.Stat("go.mod"); err != nil {
 		return errors.New("run it from the repository root (no go.mod here)")
+	}
+	if *python != "" {
+		if _, err := exec.LookPath(*python); err != nil {
+			return fmt.Errorf("the Python original's benchmark needs %s (install it, or pass -python \"\" to leave its table as it is): %w", *python, err)
+		}
 	}
 	bin, err := os.MkdirTemp("", "perftables")
 	if err != nil {
@@ -222,15 +227,15 @@ func run() error {
 			raw.Write(out)
 			parse(p.dir, out, results)
 		}
-		for _, sc := range scripts {
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, sc.path)
-			out, err := runScript(sc.interpreter, sc.path, *benchtime)
+		if *python != "" {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, pythonBench)
+			out, err := runScript(*python, pythonBench, *benchtime)
 			if err != nil {
 				return fmt.Errorf("round %d: %w", r, err)
 			}
-			fmt.Fprintf(&raw, "pkg: %s\n", sc.pkg)
+			fmt.Fprintf(&raw, "pkg: python\n")
 			raw.Write(out)
-			parse(sc.pkg, out, results)
+			parse("python", out, results)
 		}
 	}
 	machine += fmt.Sprintf(", load average %s at the end; %d rounds of -benchtime %s in %s",
@@ -251,6 +256,9 @@ func run() error {
 	}
 	blocks := map[string]string{"machine": machine + "\n"}
 	for _, t := range tables {
+		if t.id == "python" && *python == "" {
+			continue // left as the README has it
+		}
 		s, err := render(t, results)
 		if err != nil {
 			return err
@@ -259,7 +267,9 @@ func run() error {
 	}
 	if *dry {
 		for _, id := range append([]string{"machine"}, tableIDs()...) {
-			fmt.Printf("<!-- perf:%s -->\n%s\n", id, blocks[id])
+			if body, ok := blocks[id]; ok {
+				fmt.Printf("<!-- perf:%s -->\n%s\n", id, body)
+			}
 		}
 		return nil
 	}
@@ -272,9 +282,6 @@ func runScript(interpreter, path, benchtime string) ([]byte, error) {
 	d, err := time.ParseDuration(benchtime)
 	if err != nil {
 		return nil, fmt.Errorf("-benchtime %q is not a duration, which %s needs: %w", benchtime, path, err)
-	}
-	if _, err := exec.LookPath(interpreter); err != nil {
-		return nil, fmt.Errorf("%s needs %s, which is not on PATH (install it to measure the Python original beside sessionwire): %w", path, interpreter, err)
 	}
 	cmd := exec.Command(interpreter, path, "-benchtime", strconv.FormatFloat(d.Seconds(), 'g', -1, 64))
 	cmd.Stderr = os.Stderr
