@@ -276,20 +276,41 @@ func run() error {
 	return rewrite(*readme, blocks)
 }
 
-// runScript runs a benchmark script with benchtime (a Go duration, as
-// -test.benchtime takes it) in seconds, and returns what it printed.
+// runScript runs a benchmark script with benchtime as -test.benchtime takes
+// it, and returns what it printed.
 func runScript(interpreter, path, benchtime string) ([]byte, error) {
-	d, err := time.ParseDuration(benchtime)
+	args, err := scriptArgs(benchtime)
 	if err != nil {
-		return nil, fmt.Errorf("-benchtime %q is not a duration, which %s needs: %w", benchtime, path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	cmd := exec.Command(interpreter, path, "-benchtime", strconv.FormatFloat(d.Seconds(), 'g', -1, 64))
+	cmd := exec.Command(interpreter, append([]string{path}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("run %s %s: %w", interpreter, path, err)
 	}
 	return out, nil
+}
+
+// scriptArgs turns a -test.benchtime value into the benchmark script's flags:
+// a duration ("0.2s") into -benchtime in seconds, an iteration count ("100x")
+// into -count, as go test reads the two forms.
+func scriptArgs(benchtime string) ([]string, error) {
+	if count, ok := strings.CutSuffix(benchtime, "x"); ok {
+		n, err := strconv.Atoi(count)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-benchtime %q: a count of iterations is a whole number of 1 or more before the x, as in 100x", benchtime)
+		}
+		return []string{"-count", strconv.Itoa(n)}, nil
+	}
+	d, err := time.ParseDuration(benchtime)
+	if err != nil {
+		return nil, fmt.Errorf("-benchtime %q is neither a duration (0.2s) nor a count of iterations (100x): %w", benchtime, err)
+	}
+	if d <= 0 {
+		return nil, fmt.Errorf("-benchtime %q: a duration must be above 0", benchtime)
+	}
+	return []string{"-benchtime", strconv.FormatFloat(d.Seconds(), 'g', -1, 64)}, nil
 }
 
 func tableIDs() []string {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"math"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -83,5 +86,57 @@ func TestRenderPairsARowWithABaselineOfAnotherPackage(t *testing.T) {
 	tb.rows[1].basePkg = "elsewhere"
 	if _, err := render(tb, results); err == nil || !strings.Contains(err.Error(), "in elsewhere") {
 		t.Errorf("a baseline missing from its package gave %v", err)
+	}
+}
+
+func TestScriptArgsReadBenchtimeAsGoTestDoes(t *testing.T) {
+	for _, tc := range []struct {
+		benchtime string
+		want      []string
+	}{
+		{"0.2s", []string{"-benchtime", "0.2"}},
+		{"1500ms", []string{"-benchtime", "1.5"}},
+		{"1x", []string{"-count", "1"}},
+		{"100x", []string{"-count", "100"}},
+	} {
+		got, err := scriptArgs(tc.benchtime)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("scriptArgs(%q) = %q, %v; want %q", tc.benchtime, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "0x", "-3x", "1.5x", "10", "0s", "-1s", "fast"} {
+		if got, err := scriptArgs(bad); err == nil || !strings.Contains(err.Error(), "-benchtime") {
+			t.Errorf("scriptArgs(%q) = %q, %v; want an error naming -benchtime", bad, got, err)
+		}
+	}
+}
+
+// The script runs with both forms of -benchtime, as CI's smoke run (1x) and
+// a measuring run (a duration) pass them, and prints lines parse reads.
+func TestPythonOriginalRunsWithEitherBenchtime(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v; CI must run the Python original's benchmark: install Debian's python3", err)
+		}
+		t.Skipf("%v: the Python original's benchmark runs on python3 (install it to run this test)", err)
+	}
+	script := strings.TrimPrefix(pythonBench, "internal/cmd/perftables/")
+	for _, benchtime := range []string{"1x", "3x", "1ms"} {
+		out, err := runScript(python, script, benchtime)
+		if err != nil {
+			t.Fatalf("-benchtime %s: %v", benchtime, err)
+		}
+		results := map[string]*result{}
+		parse("python", out, results)
+		for _, name := range []string{"set_session_vars", "19_ContextVar_set_alone", "get_session_env"} {
+			r := results["python BenchmarkPythonOriginal/"+name]
+			if r == nil || len(r.ns) != 1 || r.ns[0] <= 0 || len(r.cpu) != 1 {
+				t.Errorf("-benchtime %s: %s not read from\n%s", benchtime, name, out)
+			}
+		}
+	}
+	if _, err := runScript(python, script, "1y"); err == nil {
+		t.Error("-benchtime 1y ran the script; want an error")
 	}
 }

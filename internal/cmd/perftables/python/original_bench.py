@@ -15,6 +15,10 @@ binary's:
     BenchmarkPythonOriginal/set_session_vars  <n>  <ns> ns/op  <cpu> cpu-ns/op
 
     python3 internal/cmd/perftables/python/original_bench.py -benchtime 0.2
+    python3 internal/cmd/perftables/python/original_bench.py -count 1
+
+-count runs each benchmark a fixed number of times, as go test's -benchtime Nx
+does (perftables passes it for that).
 """
 
 import argparse
@@ -251,19 +255,27 @@ def run(fn, n: int) -> tuple[int, int]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-benchtime", type=float, default=0.2, help="seconds each benchmark runs for, at least")
+    p.add_argument("-count", type=int, default=0, help="run each benchmark exactly this many times instead (go test's -benchtime Nx)")
     args = p.parse_args()
     if args.benchtime <= 0:
         print("original_bench.py: -benchtime must be above 0", file=sys.stderr)
         return 2
+    if args.count < 0:
+        print("original_bench.py: -count must be 1 or more (0, the default, means: run for -benchtime)", file=sys.stderr)
+        return 2
     for name, fn in BENCHMARKS:
-        # Grow n as Go's testing package does, until a run takes benchtime.
-        n, wall, cpu = 1, 0, 0
-        while True:
+        if args.count > 0:
+            n = args.count
             wall, cpu = run(fn, n)
-            if wall >= args.benchtime * 1e9 or n >= 1 << 30:
-                break
-            grow = int(n * args.benchtime * 1e9 / max(wall, 1) * 1.2)
-            n = max(n + 1, min(grow, n * 100))
+        else:
+            # Grow n as Go's testing package does, until a run takes benchtime.
+            n, wall, cpu = 1, 0, 0
+            while True:
+                wall, cpu = run(fn, n)
+                if wall >= args.benchtime * 1e9 or n >= 1 << 30:
+                    break
+                grow = int(n * args.benchtime * 1e9 / max(wall, 1) * 1.2)
+                n = max(n + 1, min(grow, n * 100))
         print(f"BenchmarkPythonOriginal/{name}\t{n}\t{wall / n:.1f} ns/op\t{cpu / n:.1f} cpu-ns/op", flush=True)
     return 0
 
