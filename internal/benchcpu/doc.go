@@ -1,7 +1,9 @@
 // Package benchcpu reports a benchmark's process CPU time per operation
-// (cpu-ns/op) beside its wall time. On a shared machine the wall time of a
-// benchmark swings with whatever else runs; the CPU time the process spent
-// (its own work and its garbage collection) swings far less, so the
-// performance tables compare a row with its baseline on it. It owns nothing
-// else.
+// (cpu-ns/op) beside its wall time, and the live heap the loop ran beside
+// (live-B). On a shared machine the wall time of a benchmark swings with
+// whatever else runs; the CPU time the process spent (its own work and its
+// garbage collection) swings far less, so the performance tables compare a
+// row with its baseline on it. The collector's part of that time depends on
+// the live heap, so the tables also check that a row and its baseline ran
+// beside comparable ones. It owns nothing else.
 package benchcpu

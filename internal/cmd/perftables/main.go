@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,10 +64,12 @@ var tables = []table{
 		{"`Bind`, the next message of a conversation (cached, new message id)", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkBind/baseline/SetMember_new_message_id", ""},
 		{"`Bind`, a session never bound before", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
 		{"`Bind`, a session never bound before, beside building its members too", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkBind/baseline/NewMemberRaw_and_New", ""},
+		{"`Bind`, the next message of a conversation, beside a full bind cache (about 2.5 MiB live, as in a running gateway)", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message_beside_full_cache", "BenchmarkBind/baseline/SetMember_new_message_id_beside_full_cache", ""},
 		{"`Bind` over 5 foreign members (merged, not cached)", "otelsession", "BenchmarkBind/sessionwire/Bind_over_5_foreign_members", "BenchmarkBind/baseline/baggage.New_prebuilt", ""},
 		{"baseline: `baggage.New` of the same prebuilt members + `ContextWithBaggage`", "otelsession", "BenchmarkBind/baseline/baggage.New_prebuilt", "", ""},
 		{"baseline: `baggage.NewMemberRaw` of the same values, then `baggage.New` + `ContextWithBaggage` (a program without sessionwire)", "otelsession", "BenchmarkBind/baseline/NewMemberRaw_and_New", "", ""},
 		{"baseline: `Baggage.SetMember` of a prebuilt message id member + `ContextWithBaggage` (the floor for the next message)", "otelsession", "BenchmarkBind/baseline/SetMember_new_message_id", "", ""},
+		{"baseline: the same `SetMember`, beside a full bind cache", "otelsession", "BenchmarkBind/baseline/SetMember_new_message_id_beside_full_cache", "", ""},
 		{"baseline: `context.WithValue` of a struct (no propagation at all)", "otelsession", "BenchmarkBind/baseline/context.WithValue_struct", "", ""},
 		{"`Lookup`, remote field", "otelsession", "BenchmarkLookup/sessionwire/Lookup", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
 		{"`Getenv`, bound field", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkLookup/baseline/baggage_Member_Value", ""},
@@ -87,6 +90,7 @@ var tables = []table{
 		{"`Bind`, a session bound before (cached), beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind", "BenchmarkPythonOriginal/set_session_vars", "python"},
 		{"`Bind`, the next message of a conversation, beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkPythonOriginal/set_session_vars", "python"},
 		{"`Bind`, the next message of a conversation, beside the 19 `ContextVar.set` alone", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message", "BenchmarkPythonOriginal/19_ContextVar_set_alone", "python"},
+		{"`Bind`, the next message of a conversation, beside a full bind cache, beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind_next_message_beside_full_cache", "BenchmarkPythonOriginal/set_session_vars", "python"},
 		{"`Bind`, a session never bound before, beside `set_session_vars`", "otelsession", "BenchmarkBind/sessionwire/Bind_first_time", "BenchmarkPythonOriginal/set_session_vars", "python"},
 		{"`Getenv`, bound field, beside `get_session_env`", "otelsession", "BenchmarkLookup/sessionwire/Getenv", "BenchmarkPythonOriginal/get_session_env", "python"},
 		{"`Getenv`, bound field, baggage no sessionwire code built, beside `get_session_env`", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkPythonOriginal/get_session_env", "python"},
@@ -165,6 +169,7 @@ var tables = []table{
 // result is one benchmark's measurements over the rounds.
 type result struct {
 	ns, cpu, bytes, allocs []float64
+	live                   []float64 // live-B: the live heap the loop ran beside
 }
 
 func main() {
@@ -183,6 +188,7 @@ func run() error {
 	profDir := flag.String("profiles", "", "also record the CPU profiles behind the README's \"where the cost goes\" into this directory")
 	profTime := flag.String("profiletime", "4s", "-test.benchtime of each profiled benchmark")
 	python := flag.String("python", "python3", "the interpreter that runs the Python original's benchmark; \"\" skips it and leaves its table as it is")
+	heapCheck := flag.Bool("heapcheck", true, "refuse to rewrite the README when a row and its baseline ran beside live heaps the garbage collector paces differently (the mismatches are printed either way)")
 	flag.Parse()
 	if *rounds < 1 {
 		return errors.New("-rounds must be at least 1")
@@ -254,6 +260,10 @@ func run() error {
 			fmt.Fprintln(os.Stderr, l)
 		}
 	}
+	mismatches := heapMismatches(results)
+	for _, m := range mismatches {
+		fmt.Fprintln(os.Stderr, "perftables:", m)
+	}
 	blocks := map[string]string{"machine": machine + "\n"}
 	for _, t := range tables {
 		if t.id == "python" && *python == "" {
@@ -273,7 +283,52 @@ func run() error {
 		}
 		return nil
 	}
+	if len(mismatches) > 0 && *heapCheck {
+		return fmt.Errorf("README.md left as it is: %d rows ran beside a live heap unlike their baseline's (above); keep alive through both what the benchmark keeps for one of them, or pass -heapcheck=false", len(mismatches))
+	}
 	return rewrite(*readme, blocks)
+}
+
+// markPerByte is about how many bytes the garbage collector marks for each
+// byte a loop allocates beside live bytes of live heap, as GOGC=100 paces
+// it: a cycle marks what is live, and the next starts once the heap has
+// grown by as much, but not before it reaches 4 MiB. Beside a few MiB it is
+// about 1; beside an almost empty heap, next to 0.
+func markPerByte(live float64) float64 {
+	const minHeap = 4 << 20
+	return live / (max(minHeap, 2*live) - live)
+}
+
+// maxMarkGap is how far apart markPerByte of a row and of its baseline may
+// be before their CPU times stop being comparable.
+const maxMarkGap = 0.25
+
+// heapMismatches names the rows that ran beside a live heap the collector
+// paces unlike their baseline's (markPerByte more than maxMarkGap apart),
+// when both allocate: their CPU times then carry unlike shares of garbage
+// collection. A benchmark that keeps data alive for some of its rows only
+// (contexts built up front, a cache filled by one row) shows here.
+func heapMismatches(results map[string]*result) []string {
+	var out []string
+	for _, t := range tables {
+		for _, r := range t.rows {
+			if r.base == "" || r.basePkg != "" && r.basePkg != r.pkg {
+				continue
+			}
+			res, base := results[r.pkg+" "+r.name], results[r.pkg+" "+r.base]
+			if res == nil || base == nil || len(res.live) == 0 || len(base.live) == 0 ||
+				median(res.bytes) < 1 || median(base.bytes) < 1 {
+				continue
+			}
+			a, b := median(res.live), median(base.live)
+			if math.Abs(markPerByte(a)-markPerByte(b)) > maxMarkGap {
+				out = append(out, fmt.Sprintf("%s %s ran beside %.1f MiB of live heap, its baseline %s beside %.1f MiB: the garbage collector's share of their CPU times differs (about %.2f against %.2f bytes marked per byte allocated)",
+					r.pkg, r.name, a/(1<<20), r.base, b/(1<<20), markPerByte(a), markPerByte(b)))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // runScript runs a benchmark script with benchtime as -test.benchtime takes
@@ -357,6 +412,8 @@ func parse(pkg string, out []byte, results map[string]*result) {
 				r.bytes = append(r.bytes, v)
 			case "allocs/op":
 				r.allocs = append(r.allocs, v)
+			case "live-B":
+				r.live = append(r.live, v)
 			}
 		}
 	}

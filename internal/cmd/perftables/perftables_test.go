@@ -140,3 +140,68 @@ func TestPythonOriginalRunsWithEitherBenchtime(t *testing.T) {
 		t.Error("-benchtime 1y ran the script; want an error")
 	}
 }
+
+func TestHeapMismatchesNamesRowsBesideUnlikeLiveHeaps(t *testing.T) {
+	if got := markPerByte(0); got != 0 {
+		t.Errorf("markPerByte(0) = %v, want 0", got)
+	}
+	for _, mib := range []float64{2, 4, 64} {
+		if got := markPerByte(mib * (1 << 20)); math.Abs(got-1) > 1e-9 {
+			t.Errorf("markPerByte(%v MiB) = %v, want 1", mib, got)
+		}
+	}
+	// The first row of the tables whose baseline is in its own package.
+	var r row
+	for _, tb := range tables {
+		for _, x := range tb.rows {
+			if x.base != "" && x.basePkg == "" && r.name == "" {
+				r = x
+			}
+		}
+	}
+	if r.name == "" {
+		t.Fatal("no row with a baseline of its own package")
+	}
+	const mib = 1 << 20
+	results := func(rowLive, baseLive, rowBytes float64) map[string]*result {
+		return map[string]*result{
+			r.pkg + " " + r.name: {cpu: []float64{2, 2, 2}, bytes: []float64{rowBytes, rowBytes, rowBytes}, live: []float64{rowLive, rowLive, rowLive}},
+			r.pkg + " " + r.base: {cpu: []float64{1, 1, 1}, bytes: []float64{900, 900, 900}, live: []float64{baseLive, baseLive, baseLive}},
+		}
+	}
+	// sessiontrace's span rows before the fix: the baseline beside 4 MiB
+	// of bound sessions, the row after them beside almost nothing.
+	got := heapMismatches(results(0.1*mib, 4*mib, 1300))
+	if len(got) != 1 || !strings.Contains(got[0], r.name) || !strings.Contains(got[0], "0.1 MiB") || !strings.Contains(got[0], "4.0 MiB") {
+		t.Errorf("heapMismatches = %q, want the row named with both heaps", got)
+	}
+	for _, c := range []struct {
+		name                        string
+		rowLive, baseLive, rowBytes float64
+	}{
+		{"the same heap", 4 * mib, 4 * mib, 1300},
+		{"both past the 4 MiB floor's reach", 2 * mib, 5 * mib, 1300},
+		{"both almost empty", 0.1 * mib, 0.3 * mib, 1300},
+		{"a row that allocates nothing", 0.1 * mib, 4 * mib, 0},
+	} {
+		if got := heapMismatches(results(c.rowLive, c.baseLive, c.rowBytes)); len(got) != 0 {
+			t.Errorf("%s: heapMismatches = %q, want none", c.name, got)
+		}
+	}
+	// Rows without live-B (another package's baseline, the Python script)
+	// are not judged.
+	res := results(0, 4*mib, 1300)
+	res[r.pkg+" "+r.name].live = nil
+	if got := heapMismatches(res); len(got) != 0 {
+		t.Errorf("without live-B: heapMismatches = %q, want none", got)
+	}
+}
+
+func TestParseReadsLiveHeap(t *testing.T) {
+	results := map[string]*result{}
+	parse("otelsession", []byte("BenchmarkBind/sessionwire/Bind-2   \t 1000\t 310.0 ns/op\t 420.0 cpu-ns/op\t 163536 live-B\t 96 B/op\t 3 allocs/op\n"), results)
+	r := results["otelsession BenchmarkBind/sessionwire/Bind"]
+	if r == nil || !slices.Equal(r.live, []float64{163536}) || !slices.Equal(r.cpu, []float64{420}) {
+		t.Fatalf("parse: %+v", r)
+	}
+}
