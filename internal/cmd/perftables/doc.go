@@ -22,6 +22,12 @@
 // beside Bind and Getenv. Without python3 on the PATH the run stops before
 // it starts and says so; -python "" leaves that table as it is.
 //
+// The garbage collector's share of a benchmark's CPU time grows with the live
+// heap its loop runs beside (internal/benchcpu reports it as live-B). A row
+// and its baseline that ran beside heaps the collector paces differently
+// are named on stderr, and the README is then left as it is
+// (-heapcheck=false rewrites it anyway).
+//
 // -profiles also records, into that directory, the CPU profile of each
 // benchmark listed in profiles.go, with the shares of the parts of the
 // function it divides (OpenTelemetry's calls, the policy's checks): the
