@@ -2,6 +2,7 @@ package sessiontrace
 
 import (
 	"context"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -44,17 +45,32 @@ func NewSpanProcessor(r Redaction) *SpanProcessor {
 
 // OnStart adds the session attributes.
 func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
-	// The SDK's span copies what SetAttributes is given, so the cache's
-	// shared slice is handed over as it is; only local fields, when any are
-	// recorded, need a slice of this span's own.
-	var attrs []attribute.KeyValue
-	if len(p.local) > 0 {
-		attrs = make([]attribute.KeyValue, 0, len(p.remote)+len(p.local)+1)
+	// The SDK's span copies what SetAttributes is given (only the SDK
+	// implements ReadWriteSpan), so the cache's shared slice is handed over
+	// as it is.
+	if len(p.local) == 0 {
+		if attrs := p.sessionAttributes(parent, nil); len(attrs) > 0 {
+			s.SetAttributes(attrs...)
+		}
+		return
 	}
-	if attrs = p.sessionAttributes(parent, attrs); len(attrs) > 0 {
+	// Local fields are read for each span, after the cache's attributes,
+	// into a slice that is the next span's once the span has copied it:
+	// a slice per span (about 1.3 KiB with every field) would be garbage
+	// for the collector on every span.
+	buf := attrBufs.Get().(*[]attribute.KeyValue)
+	attrs := p.sessionAttributes(parent, (*buf)[:0])
+	if len(attrs) > 0 {
 		s.SetAttributes(attrs...)
 	}
+	clear(attrs) // keeps no session's values alive in the pool
+	*buf = attrs[:0]
+	attrBufs.Put(buf)
 }
+
+// attrBufs holds the slices OnStart builds a span's attributes in when local
+// fields are recorded.
+var attrBufs = sync.Pool{New: func() any { return new([]attribute.KeyValue) }}
 
 // Annotate sets on span the session attributes of ctx, redacted as OnStart
 // sets them, when span is recording. It is for a span that started before

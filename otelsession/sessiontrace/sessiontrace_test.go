@@ -333,3 +333,47 @@ func (e *recordingLogExporter) Export(_ context.Context, rs []sdklog.Record) err
 }
 func (*recordingLogExporter) Shutdown(context.Context) error   { return nil }
 func (*recordingLogExporter) ForceFlush(context.Context) error { return nil }
+
+// TestSpanAttributesStayTheirSpans holds the processor's reuse of the
+// slice it builds local fields into: spans of many sessions, started and
+// ended concurrently, each end with its own session's values, local fields
+// included, and with nothing of another's.
+func TestSpanAttributesStayTheirSpans(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sessiontrace.NewSpanProcessor(sessiontrace.Redaction{SpanFields: all})), sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	const sessions, spansEach = 16, 50
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Go(func() {
+			s := session()
+			s.ChatID = "-100" + strings.Repeat("7", i+1)
+			s.UISessionID = "tab-" + strings.Repeat("x", i+1)
+			ctx := otelsession.Bind(context.Background(), s)
+			for range spansEach {
+				_, span := tp.Tracer("test").Start(ctx, "work")
+				span.End()
+			}
+		})
+	}
+	wg.Wait()
+	spans := rec.Ended()
+	require.Len(t, spans, sessions*spansEach)
+	perChat := map[string]int{}
+	for _, sp := range spans {
+		got := map[attribute.Key]string{}
+		for _, kv := range sp.Attributes() {
+			got[kv.Key] = kv.Value.AsString()
+		}
+		chat := got["session.chat_id"]
+		n := len(chat) - len("-100")
+		require.Equal(t, "tab-"+strings.Repeat("x", n), got["session.ui_session_id"], "a span of chat %s holds another session's local field", chat)
+		require.Equal(t, "telegram", got["session.platform"])
+		perChat[chat]++
+	}
+	require.Len(t, perChat, sessions)
+	for chat, n := range perChat {
+		require.Equal(t, spansEach, n, chat)
+	}
+}
