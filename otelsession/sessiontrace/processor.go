@@ -56,7 +56,7 @@ func (p *SpanProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan
 	}
 	// Local fields are read for each span, after the cache's attributes,
 	// into a slice that is the next span's once the span has copied it:
-	// a slice per span (about 1.3 KiB with every field) would be garbage
+	// a slice per span (about 1.8 KiB with every field) would be garbage
 	// for the collector on every span.
 	buf := attrBufs.Get().(*[]attribute.KeyValue)
 	attrs := p.sessionAttributes(parent, (*buf)[:0])
