@@ -129,7 +129,7 @@ func TestPythonOriginalRunsWithEitherBenchtime(t *testing.T) {
 		}
 		results := map[string]*result{}
 		parse("python", out, results)
-		for _, name := range []string{"set_session_vars", "19_ContextVar_set_alone", "get_session_env"} {
+		for _, name := range []string{"set_session_vars", "19_ContextVar_set_alone", "get_session_env", "set_session_vars_beside_live_heap"} {
 			r := results["python BenchmarkPythonOriginal/"+name]
 			if r == nil || len(r.ns) != 1 || r.ns[0] <= 0 || len(r.cpu) != 1 {
 				t.Errorf("-benchtime %s: %s not read from\n%s", benchtime, name, out)
