@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,7 +124,9 @@ func TestBindCacheMemoryBound(t *testing.T) {
 	const n = 64
 	SetBindCacheSize(n)
 	defer SetBindCacheSize(defaultBindCacheSize)
-	measure := func(mk func(i int) Session) float64 {
+	// measure binds 8n sessions mk makes, each with as many message ids as
+	// messages says (a conversation's next messages, served by the cache).
+	measure := func(mk func(i int) Session, messages int) float64 {
 		SetBindCacheSize(n)
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -131,7 +134,11 @@ func TestBindCacheMemoryBound(t *testing.T) {
 		// Eight times as many sessions as slots: every set is all but
 		// surely full, and every slot was overwritten several times.
 		for i := range 8 * n {
-			Bind(context.Background(), mk(i))
+			s := mk(i)
+			for m := range messages {
+				s.MessageID = strconv.Itoa(90000 + m) // a fresh string per message
+				Bind(context.Background(), s)
+			}
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -141,7 +148,7 @@ func TestBindCacheMemoryBound(t *testing.T) {
 		}
 		return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(st.Entries)
 	}
-	typical := measure(func(i int) Session {
+	typicalSession := func(i int) Session {
 		s := Session{
 			Platform: "telegram", Source: "gateway", ChatID: "-1001234567890", ChatType: "group",
 			ChatName: "Ops — night shift", ThreadID: "17585", UserID: "5512345678", UserIDAlt: "@alice",
@@ -152,7 +159,12 @@ func TestBindCacheMemoryBound(t *testing.T) {
 		}
 		s.ChatID = fmt.Sprintf("-100%010d", i) // a fresh string per session, as a gateway decodes
 		return s
-	})
+	}
+	typical := measure(typicalSession, 1)
+	// From the second message on, an entry holds the session's values
+	// apart, which every next message's record shares: however many
+	// messages came, no earlier message's state or baggage stays alive.
+	conversation := measure(typicalSession, 8)
 	largest := measure(func(i int) Session {
 		// Identity values that fill the W3C byte limit by the cheap bound
 		// (3 bytes per byte), local values and the directory at their limits.
@@ -163,10 +175,13 @@ func TestBindCacheMemoryBound(t *testing.T) {
 			UISessionID: v('i', MaxValueBytes), BrowserControlPrincipal: v('b', MaxValueBytes),
 			BrowserControlTransportFamily: v('f', maxNameBytes), Cwd: "/" + v('d', maxCwdBytes-1),
 		}
-	})
-	t.Logf("bytes per cached entry: typical full session %.0f, largest cached session %.0f", typical, largest)
+	}, 1)
+	t.Logf("bytes per cached entry: typical full session %.0f, after 8 messages %.0f, largest cached session %.0f", typical, conversation, largest)
+	if conversation > typical+1024 {
+		t.Errorf("an entry holds %.0f B after 8 messages, %.0f B after one: more than 1 KiB over it: an earlier message's state or baggage is kept alive", conversation, typical)
+	}
 	if typical > 5*1024 || largest > 13*1024 {
-		t.Errorf("an entry holds %.0f B (typical) and %.0f B (largest); the bounds are 5 KiB (2.1 KiB without the race detector) and 13 KiB", typical, largest)
+		t.Errorf("an entry holds %.0f B (typical) and %.0f B (largest); the bounds are 5 KiB (3.1 KiB without the race detector) and 13 KiB", typical, largest)
 	}
 }
 

@@ -31,7 +31,8 @@ func Lookup(ctx context.Context, f Field) (string, State) {
 	b := baggage.FromContext(ctx)
 	if sessionstate.MayHaveRecord(b) {
 		if r := sessionstate.RecordIn(ctx, b); r != nil {
-			return r.Val[f-1], State(r.St[f-1])
+			v, st := r.Field(int(f) - 1)
+			return v, State(st)
 		}
 	}
 	// memberState's body, written out: a call fewer on the read of a
@@ -94,8 +95,8 @@ func Getenv(ctx context.Context, name, def string) string {
 				r = sessionstate.RecordIn(ctx, b)
 			}
 			if r != nil {
-				if r.St[e.f-1] != sessionstate.Unset {
-					return r.Val[e.f-1]
+				if v, st := r.Field(int(e.f) - 1); st != sessionstate.Unset {
+					return v
 				}
 			} else {
 				// memberState's cases, as Getenv needs them.
@@ -235,7 +236,9 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 				v, st = l.vals[j], l.st[j]
 			}
 		} else if rec != nil {
-			v, st = rec.Val[i], State(rec.St[i])
+			var s uint8
+			v, s = rec.Field(i)
+			st = State(s)
 		} else if found < n {
 			if v, st = memberState(b, fieldKeys[i]); st != Unset {
 				found++
@@ -267,7 +270,9 @@ func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value str
 				v, st = l.vals[j], l.st[j]
 			}
 		} else if rec != nil {
-			v, st = rec.Val[f-1], State(rec.St[f-1])
+			var s uint8
+			v, s = rec.Field(int(f) - 1)
+			st = State(s)
 		} else if n > 0 {
 			v, st = memberState(b, fieldKeys[f-1])
 		}

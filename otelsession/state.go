@@ -70,10 +70,19 @@ type local struct {
 	// check it again; once any code replaces the baggage, it is not. The
 	// record holds the value and state of every remote field in it, written
 	// whenever rec.B is: while the context's baggage is rec.B, readers take
-	// them here instead of looking each field up in the baggage.
+	// them here instead of looking each field up in the baggage. The values
+	// it reads are shared with the states copied from this one, and never
+	// modified (a writer records into values of its own: localValues).
 	rec sessionstate.Record
 	// checkedPresent is whether rec.B holds any session member.
 	checkedPresent bool
+}
+
+// localValues is a local state and the values of its record, allocated
+// together by a writer that records a baggage it built.
+type localValues struct {
+	local
+	vals sessionstate.Values
 }
 
 // setRemote records v, as the baggage holds it (ClearedValue for Cleared),

@@ -346,9 +346,18 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		}
 	}
 	if localChange {
-		var l local
+		// The new state, and beside it in the same allocation the values
+		// of its record when it records a baggage of its own.
+		var l *local
+		var vals *sessionstate.Values
+		if remote && checked.Len() > 0 {
+			lv := new(localValues)
+			l, vals = &lv.local, &lv.vals
+		} else {
+			l = new(local)
+		}
 		if old := localFrom(ctx); old != nil {
-			l = *old
+			*l = *old
 			if !remote && l.rec.B.Len() > 0 && !sameBaggage(baggage.FromContext(ctx), l.rec.B) {
 				// The copy records a baggage the context no longer holds:
 				// it would shadow the record of the one it does hold (an
@@ -378,28 +387,32 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		l.delegated = l.delegated || e.delegate
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
-			l.rec.B, l.checkedPresent = checked, present
-			if checked.Len() > 0 {
+			l.rec, l.checkedPresent = sessionstate.Record{B: checked}, present
+			if vals != nil {
 				// The record is made (a state answers the record key only
 				// for a baggage with members): RecordOf is told of it.
 				sessionstate.Recorded(checked)
 				// What checked holds: the fields this edit wrote, over those
-				// kept from the checked baggage before it, whose record l
-				// copied; without one, nothing was kept.
-				if !oldChecked {
-					l.rec.Val, l.rec.St = [numFields]string{}, [numFields]uint8{}
+				// kept from the checked baggage before it, whose record the
+				// old state holds; without one, nothing was kept.
+				if old := localFrom(ctx); oldChecked && old != nil {
+					l.rec = old.rec
+					l.rec.B = checked
+					l.rec.Write(vals)
+				} else {
+					l.rec.WriteFresh(vals)
 				}
 				for _, f := range remoteFields {
 					switch i := int(f) - 1; e.op[i] {
 					case opUnset:
-						l.rec.Val[i], l.rec.St[i] = "", sessionstate.Unset
+						l.rec.SetUnset(i)
 					case opSet:
 						l.setRemote(i, e.val[i])
 					}
 				}
 			}
 		}
-		ctx = withLocal(ctx, &l)
+		ctx = withLocal(ctx, l)
 	}
 	return ctx
 }

@@ -317,6 +317,7 @@ func (in *inboundSession) withRecord(ctx context.Context) context.Context {
 	rc := &sessionstate.RecordContext{Context: ctx}
 	r := &rc.R
 	r.B = b
+	r.WriteFresh(&rc.V)
 	sessionstate.Recorded(b)
 	for i := range fieldKeys {
 		if pos := signedPos[i]; pos >= 0 && in.vals[pos].ok {
@@ -326,7 +327,7 @@ func (in *inboundSession) withRecord(ctx context.Context) context.Context {
 	for _, d := range in.display {
 		if c := classify(d.key); c != nil && c.spec.Field != 0 {
 			i := int(c.spec.Field) - 1
-			r.Val[i], r.St[i] = "", sessionstate.Unset
+			r.SetUnset(i)
 			if m := b.Member(d.key); m.Key() != "" {
 				r.SetFromBaggage(i, m.Value())
 			}

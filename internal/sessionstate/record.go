@@ -29,22 +29,96 @@ const ClearedValue = "\x00"
 // and nothing else: it says nothing of the local fields, nor whether B was
 // validated (that is Checked's). A context answers the record key
 // (IsRecordKey) with its record; a record is never modified once a context
-// holds it.
+// holds it, nor are the Values it reads.
+//
+// The values themselves are apart from the record, in Values the record
+// points to, so that records of baggages that differ in one field can share
+// them: the bind cache derives the next message's record from the last one
+// (Derive) without copying the 25 values, which would be most of what a
+// next message's Bind allocates beside OpenTelemetry's own copy of its map.
 type Record struct {
-	B   baggage.Baggage   // the baggage described
+	B baggage.Baggage // the baggage described
+	v *Values         // the values read; nil: every field Unset
+	// A field whose value is not *v's (Derive): its index + 1 (0: none),
+	// and its value and state.
+	oi  uint8
+	ost uint8
+	ov  string
+}
+
+// Values is what a Record holds of each field.
+type Values struct {
 	Val [NumFields]string // by field index: the value when St is Set, else ""
 	St  [NumFields]uint8  // by field index: Unset, Cleared or Set
 }
 
+// Field returns the value and state the record holds for field index i.
+func (r *Record) Field(i int) (string, uint8) {
+	if int(r.oi) == i+1 {
+		return r.ov, r.ost
+	}
+	if v := r.v; v != nil {
+		return v.Val[i], v.St[i]
+	}
+	return "", Unset
+}
+
+// Write makes v, which the caller owns and which no record a context holds
+// reads, the values r writes to and reads: first the values r held (every
+// field Unset for a record that held none).
+func (r *Record) Write(v *Values) {
+	r.CopyTo(v)
+	r.v, r.oi, r.ost, r.ov = v, 0, 0, ""
+}
+
+// WriteFresh is Write without the copy: v is cleared, every field Unset.
+func (r *Record) WriteFresh(v *Values) {
+	*v = Values{}
+	r.v, r.oi, r.ost, r.ov = v, 0, 0, ""
+}
+
+// CopyTo writes into dst every field's value and state as r holds it.
+func (r *Record) CopyTo(dst *Values) {
+	if r.v != nil {
+		*dst = *r.v
+	} else {
+		*dst = Values{}
+	}
+	if r.oi != 0 {
+		dst.Val[r.oi-1], dst.St[r.oi-1] = r.ov, r.ost
+	}
+}
+
+// Derive returns the record of b, a baggage that holds what vals records
+// but for field index i, whose member value (as the baggage holds it) is v.
+// vals must not be modified while the record is read.
+func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
+	r := Record{B: b, v: vals, oi: uint8(i + 1)}
+	r.ov, r.ost = fromBaggage(v)
+	return r
+}
+
 // SetFromBaggage records v, a member value as the baggage holds it, as field
-// index i's: "" or ClearedValue is Cleared, anything else Set.
+// index i's: "" or ClearedValue is Cleared, anything else Set. r writes to
+// values given by Write or WriteFresh.
 func (r *Record) SetFromBaggage(i int, v string) {
+	r.v.Val[i], r.v.St[i] = fromBaggage(v)
+}
+
+// SetUnset records field index i as Unset. r writes to values given by
+// Write or WriteFresh.
+func (r *Record) SetUnset(i int) {
+	r.v.Val[i], r.v.St[i] = "", Unset
+}
+
+// fromBaggage is the value and state of a member value as the baggage
+// holds it: "" or ClearedValue is Cleared, anything else Set.
+func fromBaggage(v string) (string, uint8) {
 	switch v {
 	case "", ClearedValue:
-		r.Val[i], r.St[i] = "", Cleared
-	default:
-		r.Val[i], r.St[i] = v, Set
+		return "", Cleared
 	}
+	return v, Set
 }
 
 type recordKey struct{}
@@ -142,22 +216,26 @@ func ForgetRecorded() {
 type RecordContext struct {
 	context.Context
 	R Record
+	// V is where R's values are, once R.WriteFresh(&V) (or Write) says so:
+	// the context, its record and the values in one allocation.
+	V Values
 	// OwnerKey, when not nil, is one more key the context answers, with
-	// Owner: what the code that accepted the session tells the code after
-	// it, without a context of its own (grpcsession's Edge: that its
-	// propagator accepted the call's session). Both are set before the
-	// context is handed on, and are pointer-shaped or empty structs, so
-	// that setting them does not allocate.
-	OwnerKey, Owner any
+	// the context itself: what the code that accepted the session tells the
+	// code after it, without a context of its own (grpcsession's Edge: that
+	// its propagator accepted the call's session). It is set before the
+	// context is handed on, and is pointer-shaped or an empty struct, so
+	// that setting it does not allocate. (One key and no value of its own
+	// keeps the context, its record and the values within 512 bytes.)
+	OwnerKey any
 }
 
-// Value answers the record key with the record, and OwnerKey with Owner.
+// Value answers the record key with the record, and OwnerKey with c.
 func (c *RecordContext) Value(key any) any {
 	if IsRecordKey(key) {
 		return &c.R
 	}
 	if c.OwnerKey != nil && key == c.OwnerKey {
-		return c.Owner
+		return c
 	}
 	return c.Context.Value(key)
 }

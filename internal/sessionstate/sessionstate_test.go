@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -44,6 +45,7 @@ func TestRecordOf(t *testing.T) {
 	other, _ := baggage.Parse("session.chat_id=c")
 	rc := &RecordContext{Context: context.Background()}
 	rc.R.B = b
+	rc.R.WriteFresh(&rc.V)
 	rc.R.SetFromBaggage(0, "c")
 	var ctx context.Context = rc
 	Recorded(b)
@@ -64,6 +66,65 @@ func TestRecordOf(t *testing.T) {
 	}
 	if over.Value(otherKey{}) != 1 {
 		t.Fatal("RecordContext does not pass other keys to its parent")
+	}
+}
+
+// A derived record reads its values but for the one field it holds apart,
+// shares them without modifying them, and a record written from it (Write)
+// holds that field as its own value; a record with no values is Unset
+// everywhere.
+func TestDerivedRecordSharesItsValues(t *testing.T) {
+	var zero Record
+	for i := range NumFields {
+		if v, st := zero.Field(i); v != "" || st != Unset {
+			t.Fatalf("field %d of a record with no values: %q, %d; want Unset", i, v, st)
+		}
+	}
+	b1, _ := baggage.Parse("session.chat_id=c,session.message_id=m1")
+	b2, _ := baggage.Parse("session.chat_id=c,session.message_id=m2")
+	var base Record
+	var vals Values
+	base.B = b1
+	base.WriteFresh(&vals)
+	base.SetFromBaggage(2, "c")
+	base.SetFromBaggage(13, "m1")
+	base.SetFromBaggage(4, ClearedValue)
+	d := Derive(b2, &vals, 13, "m2")
+	cleared := Derive(b2, &vals, 13, "")
+	for _, c := range []struct {
+		r       *Record
+		i       int
+		v       string
+		st      uint8
+		comment string
+	}{
+		{&base, 13, "m1", Set, "the base's own value"},
+		{&d, 13, "m2", Set, "the derived record's field"},
+		{&d, 2, "c", Set, "a shared value"},
+		{&d, 4, "", Cleared, "a shared Cleared field"},
+		{&d, 7, "", Unset, "a shared Unset field"},
+		{&cleared, 13, "", Cleared, "a field derived as empty"},
+	} {
+		if v, st := c.r.Field(c.i); v != c.v || st != c.st {
+			t.Errorf("%s: field %d is %q, %d; want %q, %d", c.comment, c.i, v, st, c.v, c.st)
+		}
+	}
+	if !SameBaggage(d.B, b2) {
+		t.Error("the derived record does not describe its baggage")
+	}
+	// A writer that starts from the derived record holds its values apart.
+	w := d
+	var own Values
+	w.Write(&own)
+	w.SetFromBaggage(2, "c2")
+	if v, _ := w.Field(13); v != "m2" {
+		t.Errorf("written from the derived record, the message id is %q; want m2", v)
+	}
+	if v, _ := d.Field(2); v != "c" {
+		t.Errorf("a write to a copy changed the derived record: %q", v)
+	}
+	if vals.Val[13] != "m1" || vals.Val[2] != "c" {
+		t.Errorf("the shared values were modified: %q", vals.Val)
 	}
 }
 
@@ -99,10 +160,15 @@ func TestRecordOfTakesTheHint(t *testing.T) {
 	}
 }
 
-// A RecordContext answers its owner's key with Owner, any other key as its
+// A RecordContext answers its owner's key with itself, any other key as its
 // parent does (one of another type that cannot be compared included), and
 // no owner's key while it has none.
 func TestRecordContextOwner(t *testing.T) {
+	// The inbound policy allocates one per accepted session: the context,
+	// the record and its values are to stay within the 512-byte size class.
+	if n := unsafe.Sizeof(RecordContext{}); n > 512 {
+		t.Errorf("RecordContext is %d bytes; over 512 it takes the next size class, 576", n)
+	}
 	type ownerKey struct{ p *int }
 	type parentKey struct{}
 	n := 1
@@ -111,7 +177,7 @@ func TestRecordContextOwner(t *testing.T) {
 	if got := rc.Value(ownerKey{&n}); got != nil {
 		t.Fatalf("a context without an owner answered %v", got)
 	}
-	rc.OwnerKey, rc.Owner = ownerKey{&n}, rc
+	rc.OwnerKey = ownerKey{&n}
 	if got := rc.Value(ownerKey{&n}); got != rc {
 		t.Fatalf("the owner's key answered %v", got)
 	}

@@ -254,7 +254,7 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 		// baggage, which the record holds: the inbound policy's context,
 		// not yet handed on, answers for this Edge, and no verdict is
 		// allocated.
-		rc.OwnerKey, rc.Owner = verdictKey{c}, rc
+		rc.OwnerKey = verdictKey{c}
 		return rc
 	}
 	// md is nil when it could not be read in place.
