@@ -37,8 +37,8 @@ import (
 // 5.7 MiB at worst by default. From a conversation's second message on, an
 // entry holds about 0.6 KiB more (3.7 KiB typical, 1.9 MiB for 512): the
 // session's values, kept apart for the next messages' records to share
-// instead of each copying them. The cache is 4-way set associative; a new session takes a free
-// slot of its set or evicts one of the four.
+// instead of each copying them. The cache is 4-way set associative; a new
+// session takes a free slot of its set or evicts one of the four.
 
 // BindCacheStats is a snapshot of the bind cache's counters.
 type BindCacheStats struct {
