@@ -2,7 +2,10 @@ package otelsession_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 )
@@ -41,4 +44,60 @@ func TestCachedBindAllocations(t *testing.T) {
 	if st := otelsession.BindCache(); st.Hits == 0 {
 		t.Errorf("the repeated Bind missed the cache: %+v", st)
 	}
+}
+
+// The next message of a conversation costs OpenTelemetry's copy of the map
+// (Baggage.SetMember, the floor) and, beside it, the new message's local
+// state and its context: no copy of the session's 25 recorded values, which
+// the state shares with the cache's entry (a copy was 440 bytes of it).
+func TestNextMessageBindAllocations(t *testing.T) {
+	s := fullSession()
+	bg := context.Background()
+	ids := [2]string{"msg-1", "msg-2"}
+	s.MessageID = "msg-0"
+	bound := otelsession.Bind(bg, s)
+	s.MessageID = ids[0]
+	otelsession.Bind(bg, s) // the entry keeps the session's values from here on
+	i := 0
+	next := func() {
+		i++
+		s.MessageID = ids[i%2] // never the last message's id: SetMember every time
+		sinkCtx = otelsession.Bind(bg, s)
+	}
+	bag := baggage.FromContext(bound)
+	var members [2]baggage.Member
+	for j, id := range ids {
+		members[j], _ = baggage.NewMemberRaw(otelsession.FieldMessageID.Key(), id)
+	}
+	floor := func() {
+		i++
+		b, _ := bag.SetMember(members[i%2])
+		sinkCtx = baggage.ContextWithBaggage(bg, b)
+	}
+	nAllocs, nBytes := allocated(next)
+	fAllocs, fBytes := allocated(floor)
+	t.Logf("next message: %.1f allocations, %.0f B; SetMember floor: %.1f, %.0f B", nAllocs, nBytes, fAllocs, fBytes)
+	if nAllocs > fAllocs+2 || nBytes > fBytes+256 {
+		t.Errorf("the next message's Bind allocates %.1f times and %.0f B, over its SetMember floor's %.1f and %.0f B by more than 2 and 256 B",
+			nAllocs, nBytes, fAllocs, fBytes)
+	}
+	if st := otelsession.BindCache(); st.Hits == 0 {
+		t.Errorf("the next messages missed the cache: %+v", st)
+	}
+}
+
+// allocated returns the allocations (testing.AllocsPerRun's whole count)
+// and the bytes fn allocates per call, each over 500 calls after one to warm
+// up. Anything else the process allocates meanwhile is counted too: the
+// bytes are an average, a few bytes over what fn alone allocates.
+func allocated(fn func()) (allocs, bytes float64) {
+	const n = 500
+	allocs = testing.AllocsPerRun(n, fn)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		fn()
+	}
+	runtime.ReadMemStats(&after)
+	return allocs, float64(after.TotalAlloc-before.TotalAlloc) / n
 }
