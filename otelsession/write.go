@@ -387,21 +387,22 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		l.delegated = l.delegated || e.delegate
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
-			l.rec, l.checkedPresent = sessionstate.Record{B: checked}, present
-			if vals != nil {
+			l.checkedPresent = present
+			if vals == nil {
+				l.rec = sessionstate.Record{B: checked}
+			} else {
 				// The record is made (a state answers the record key only
 				// for a baggage with members): RecordOf is told of it.
 				sessionstate.Recorded(checked)
 				// What checked holds: the fields this edit wrote, over those
-				// kept from the checked baggage before it, whose record the
-				// old state holds; without one, nothing was kept.
-				if old := localFrom(ctx); oldChecked && old != nil {
-					l.rec = old.rec
-					l.rec.B = checked
+				// kept from the checked baggage before it, whose record l
+				// copied from the old state; without one, nothing was kept.
+				if oldChecked {
 					l.rec.Write(vals)
 				} else {
 					l.rec.WriteFresh(vals)
 				}
+				l.rec.B = checked
 				for _, f := range remoteFields {
 					switch i := int(f) - 1; e.op[i] {
 					case opUnset:
