@@ -242,17 +242,6 @@ def live_sessions() -> tuple[list, int]:
     return kept, live
 
 
-_LIVE: list = []
-
-
-def bench_bind_beside_live_heap(n: int) -> None:
-    # set_session_vars as bench_bind runs it, beside LIVE_SESSIONS sessions
-    # kept alive (built once, by main, before any benchmark runs).
-    s = SESSION
-    for _ in range(n):
-        set_session_vars(**s)
-
-
 _VALUES = tuple(SESSION[k] for k in (
     "platform", "source", "chat_id", "chat_type", "chat_name", "thread_id", "user_id",
     "user_id_alt", "user_name", "scope_id", "session_key", "session_id", "ui_session_id",
@@ -277,11 +266,13 @@ def bench_get_session_env(n: int) -> None:
         get_session_env("HERMES_SESSION_THREAD_ID", "")
 
 
+# Each benchmark's name, function, and whether it runs beside LIVE_SESSIONS
+# sessions kept alive (built just before it, after the others have run).
 BENCHMARKS = (
-    ("set_session_vars", bench_bind),
-    ("19_ContextVar_set_alone", bench_sets_alone),
-    ("get_session_env", bench_get_session_env),
-    ("set_session_vars_beside_live_heap", bench_bind_beside_live_heap),
+    ("set_session_vars", bench_bind, False),
+    ("19_ContextVar_set_alone", bench_sets_alone, False),
+    ("get_session_env", bench_get_session_env, False),
+    ("set_session_vars_beside_live_heap", bench_bind, True),
 )
 
 
@@ -305,11 +296,11 @@ def main() -> int:
     if args.count < 0:
         print("original_bench.py: -count must be 1 or more (0, the default, means: run for -benchtime)", file=sys.stderr)
         return 2
-    for name, fn in BENCHMARKS:
+    kept: list = []
+    for name, fn, beside_live_heap in BENCHMARKS:
         live = 0
-        if fn is bench_bind_beside_live_heap and not _LIVE:
+        if beside_live_heap and not kept:
             kept, live = live_sessions()
-            _LIVE.extend(kept)
         if args.count > 0:
             n = args.count
             wall, cpu = run(fn, n)
