@@ -3,6 +3,7 @@ package propagation_test
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -99,4 +100,63 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 	if sessionstate.RecordOf(sinkCtx, baggage.FromContext(sinkCtx)) == nil {
 		t.Fatal("the accepted session left no record for its readers")
 	}
+}
+
+// The record an accepted session leaves for the reads is its only
+// allocation over the stock propagator's extraction, and it is small: from
+// one baggage line, the values the check read from the line are spans of
+// it, and the context, the record and the spans take one 256-byte object.
+// Its values once took 400 bytes of string headers of their own, a 512-byte
+// object. Each line here holds values that need decoding too (a chat and a
+// user name with a space and a non-ASCII letter), which the spans hold
+// apart, and a session of any value left unset or cleared.
+func TestInboundRecordBytes(t *testing.T) {
+	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	in := propagation.NewInbound(propagation.TrustAll)
+	peer := propagation.Peer{Transport: propagation.TransportHTTP, Addr: netip.MustParseAddr("127.0.0.1")}
+	bg := context.Background()
+	sparse := otelsession.Session{Platform: "slack", ChatID: "C042", ThreadID: "17.2", UserName: "Zoë B"}
+	for name, ctx := range map[string]context.Context{
+		"full session":   otelsession.Bind(bg, fullTestSession),
+		"sparse session": otelsession.Bind(bg, sparse),
+		"cleared thread": otelsession.With(otelsession.Bind(bg, sparse), otelsession.FieldThreadID, ""),
+	} {
+		wire := otelprop.MapCarrier{}
+		prop.Inject(ctx, wire)
+		// What the stock extraction's baggage holds, read without a record.
+		extracted := prop.Extract(bg, wire)
+		want := otelsession.FromContext(extracted)
+		_, rawBytes := allocated(func() { sinkCtx = prop.Extract(bg, wire) })
+		_, gotBytes := allocated(func() { sinkCtx, _ = in.Extract(bg, prop, wire, peer) })
+		t.Logf("%s: %.0f B beside the stock propagator's %.0f", name, gotBytes, rawBytes)
+		if gotBytes > rawBytes+256+16 { // 16: what else the process allocates meanwhile
+			t.Errorf("%s: the accepted session takes %.0f B beside the stock propagator's %.0f: more than its 256-byte record over it",
+				name, gotBytes, rawBytes)
+		}
+		if got := otelsession.FromContext(sinkCtx); got != want {
+			t.Errorf("%s: the record reads %+v; want %+v", name, got, want)
+		}
+		for _, f := range otelsession.Fields() {
+			gv, gs := otelsession.Lookup(sinkCtx, f)
+			wv, ws := otelsession.Lookup(extracted, f)
+			if gv != wv || gs != ws {
+				t.Errorf("%s: %s reads %q (%v) from the record; want %q (%v)", name, f.Key(), gv, gs, wv, ws)
+			}
+		}
+	}
+}
+
+// allocated returns the allocations and the bytes fn allocates per call,
+// over 500 calls after one to warm up. Anything else the process allocates
+// meanwhile is counted too.
+func allocated(fn func()) (allocs, bytes float64) {
+	const n = 500
+	allocs = testing.AllocsPerRun(n, fn)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		fn()
+	}
+	runtime.ReadMemStats(&after)
+	return allocs, float64(after.TotalAlloc-before.TotalAlloc) / n
 }

@@ -300,7 +300,11 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// Cut after the signature was verified over what was sent.
 		ctx = p.normalizeDisplay(ctx, in.display)
 	}
-	return in.withRecord(ctx), nil
+	var line string
+	if written != nil {
+		line = raw[0] // the check read the session's values from it
+	}
+	return in.withRecord(ctx, line), nil
 }
 
 // withRecord returns ctx holding the record of what its baggage, an
@@ -311,13 +315,21 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 // the session of the message it handles again and again. The record is
 // kept apart from the one that lets an outbound policy skip its check
 // (sessionstate.Checked): it says what the baggage holds, not that an
-// otelsession writer built it.
-func (in *inboundSession) withRecord(ctx context.Context) context.Context {
+// otelsession writer built it. line, when not "", is the one baggage line
+// the check read the session's values from: they are spans of it, which the
+// record holds as such (sessionstate.Spans), in half the bytes of a value
+// each.
+func (in *inboundSession) withRecord(ctx context.Context, line string) context.Context {
 	b := baggage.FromContext(ctx)
-	rc := &sessionstate.RecordContext{Context: ctx}
+	var rc *sessionstate.RecordContext
+	if line != "" {
+		rc = &sessionstate.RecordContext{Context: ctx}
+		rc.R.WriteSpans(&rc.S, line)
+	} else {
+		rc = sessionstate.NewRecordContext(ctx)
+	}
 	r := &rc.R
 	r.B = b
-	r.WriteFresh(&rc.V)
 	sessionstate.Recorded(b)
 	for i := range fieldKeys {
 		if pos := signedPos[i]; pos >= 0 && in.vals[pos].ok {

@@ -3,6 +3,7 @@ package sessionstate
 import (
 	"context"
 	"sync/atomic"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -38,7 +39,8 @@ const ClearedValue = "\x00"
 // next message's Bind allocates beside OpenTelemetry's own copy of its map.
 type Record struct {
 	B baggage.Baggage // the baggage described
-	v *Values         // the values read; nil: every field Unset
+	v *Values         // the values read; nil: those of s
+	s *Spans          // the values read when v is nil; nil too: every field Unset
 	// A field whose value is not *v's (Derive): its index + 1 (0: none),
 	// and its value and state.
 	oi  uint8
@@ -52,6 +54,25 @@ type Values struct {
 	St  [NumFields]uint8  // by field index: Unset, Cleared or Set
 }
 
+// Spans is Values in under half the bytes, for the record an inbound policy
+// makes of a baggage line it accepted: there, a value the line holds as it
+// is decoded (no percent-encoding) is a span of the line itself, which the
+// record keeps alive anyway. A value that is not (a display name with a
+// space or a non-ASCII letter, which the line percent-encodes) takes one of
+// three more strings. Unset and Cleared fields are empty spans.
+type Spans struct {
+	// Str[0] is the line, Str[1:] the values that are not spans of it.
+	Str [4]string
+	// Sp is, by field index, the field's span and state, packed: the
+	// string it is a span of (the top 2 bits), its start (14 bits), its
+	// end (14 bits) and its state (the low 2 bits). A W3C baggage line is
+	// at most 8,192 bytes; a longer one is not spanned.
+	Sp [NumFields]uint32
+}
+
+// maxSpanned is the length of the longest string a span can index.
+const maxSpanned = 1<<14 - 1
+
 // Field returns the value and state the record holds for field index i.
 func (r *Record) Field(i int) (string, uint8) {
 	if int(r.oi) == i+1 {
@@ -59,6 +80,10 @@ func (r *Record) Field(i int) (string, uint8) {
 	}
 	if v := r.v; v != nil {
 		return v.Val[i], v.St[i]
+	}
+	if s := r.s; s != nil {
+		sp := s.Sp[i]
+		return s.Str[sp>>30][sp>>16&maxSpanned : sp>>2&maxSpanned], uint8(sp & 3)
 	}
 	return "", Unset
 }
@@ -68,20 +93,37 @@ func (r *Record) Field(i int) (string, uint8) {
 // field Unset for a record that held none).
 func (r *Record) Write(v *Values) {
 	r.CopyTo(v)
-	r.v, r.oi, r.ost, r.ov = v, 0, 0, ""
+	r.v, r.s, r.oi, r.ost, r.ov = v, nil, 0, 0, ""
 }
 
 // WriteFresh is Write without the copy: v is cleared, every field Unset.
 func (r *Record) WriteFresh(v *Values) {
 	*v = Values{}
-	r.v, r.oi, r.ost, r.ov = v, 0, 0, ""
+	r.v, r.s, r.oi, r.ost, r.ov = v, nil, 0, 0, ""
+}
+
+// WriteSpans is WriteFresh for spans of line: s, which the caller owns and
+// which no record a context holds reads, is cleared and holds line, every
+// field Unset. A value SetFromBaggage then records is kept as a span of
+// line when it is one, as one of s's other strings while one is free, and
+// otherwise the record moves every value into Values of its own, allocated
+// then.
+func (r *Record) WriteSpans(s *Spans, line string) {
+	*s = Spans{}
+	s.Str[0] = line
+	r.v, r.s, r.oi, r.ost, r.ov = nil, s, 0, 0, ""
 }
 
 // CopyTo writes into dst every field's value and state as r holds it.
 func (r *Record) CopyTo(dst *Values) {
-	if r.v != nil {
+	switch {
+	case r.v != nil:
 		*dst = *r.v
-	} else {
+	case r.s != nil:
+		for i := range dst.Val {
+			dst.Val[i], dst.St[i] = r.Field(i)
+		}
+	default:
 		*dst = Values{}
 	}
 	if r.oi != 0 {
@@ -100,15 +142,74 @@ func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
 
 // SetFromBaggage records v, a member value as the baggage holds it, as field
 // index i's: "" or ClearedValue is Cleared, anything else Set. r writes to
-// values given by Write or WriteFresh.
+// values given by Write, WriteFresh or WriteSpans.
 func (r *Record) SetFromBaggage(i int, v string) {
-	r.v.Val[i], r.v.St[i] = fromBaggage(v)
+	v, st := fromBaggage(v)
+	if r.v == nil && r.s != nil && r.s.set(i, v, st) {
+		return
+	}
+	r.values().Val[i], r.v.St[i] = v, st
 }
 
 // SetUnset records field index i as Unset. r writes to values given by
-// Write or WriteFresh.
+// Write, WriteFresh or WriteSpans.
 func (r *Record) SetUnset(i int) {
+	if r.v == nil && r.s != nil {
+		r.s.set(i, "", Unset)
+		return
+	}
 	r.v.Val[i], r.v.St[i] = "", Unset
+}
+
+// values returns the Values r writes to, moving its spans into Values of
+// its own first when it writes to spans.
+func (r *Record) values() *Values {
+	if r.v == nil {
+		v := new(Values)
+		r.CopyTo(v)
+		r.v, r.s = v, nil
+	}
+	return r.v
+}
+
+// set records field index i as v with state st, a span of the line or of
+// a free string of s; false when it can be neither (nothing is changed).
+func (s *Spans) set(i int, v string, st uint8) bool {
+	k, off, ok := 0, 0, false
+	if off, ok = spanOf(s.Str[0], v); !ok {
+		if len(v) > maxSpanned {
+			return false
+		}
+		for k = 1; k < len(s.Str); k++ {
+			// A free string, or the one this field's earlier value took.
+			if s.Str[k] == "" || int(s.Sp[i]>>30) == k {
+				break
+			}
+		}
+		if k == len(s.Str) {
+			return false
+		}
+		s.Str[k] = v
+	}
+	s.Sp[i] = uint32(k)<<30 | uint32(off)<<16 | uint32(off+len(v))<<2 | uint32(st)
+	return true
+}
+
+// spanOf returns where v lies in line, when it does: an empty v anywhere.
+// The addresses are only compared, never made into pointers again.
+func spanOf(line, v string) (int, bool) {
+	if v == "" {
+		return 0, true
+	}
+	if len(v) > len(line) || len(line) > maxSpanned {
+		return 0, false
+	}
+	l := uintptr(unsafe.Pointer(unsafe.StringData(line)))
+	p := uintptr(unsafe.Pointer(unsafe.StringData(v)))
+	if p < l || p-l > uintptr(len(line)-len(v)) {
+		return 0, false
+	}
+	return int(p - l), true
 }
 
 // fromBaggage is the value and state of a member value as the baggage
@@ -216,17 +317,29 @@ func ForgetRecorded() {
 type RecordContext struct {
 	context.Context
 	R Record
-	// V is where R's values are, once R.WriteFresh(&V) (or Write) says so:
-	// the context, its record and the values in one allocation.
-	V Values
+	// S is where R's values are, once R.WriteSpans(&S, line) says so: the
+	// context, its record and the values in one allocation.
+	S Spans
 	// OwnerKey, when not nil, is one more key the context answers, with
 	// the context itself: what the code that accepted the session tells the
 	// code after it, without a context of its own (grpcsession's Edge: that
 	// its propagator accepted the call's session). It is set before the
 	// context is handed on, and is pointer-shaped or an empty struct, so
 	// that setting it does not allocate. (One key and no value of its own
-	// keeps the context, its record and the values within 512 bytes.)
+	// keeps the context, its record and the values within 256 bytes.)
 	OwnerKey any
+}
+
+// NewRecordContext returns a RecordContext of parent whose record writes to
+// Values allocated with it, in one allocation, every field Unset: for a
+// record whose values are not spans of one line (see WriteSpans).
+func NewRecordContext(parent context.Context) *RecordContext {
+	x := &struct {
+		rc RecordContext
+		v  Values
+	}{rc: RecordContext{Context: parent}}
+	x.rc.R.WriteFresh(&x.v)
+	return &x.rc
 }
 
 // Value answers the record key with the record, and OwnerKey with c.

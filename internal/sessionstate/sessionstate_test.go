@@ -2,7 +2,9 @@ package sessionstate
 
 import (
 	"context"
+	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -45,7 +47,7 @@ func TestRecordOf(t *testing.T) {
 	other, _ := baggage.Parse("session.chat_id=c")
 	rc := &RecordContext{Context: context.Background()}
 	rc.R.B = b
-	rc.R.WriteFresh(&rc.V)
+	rc.R.WriteSpans(&rc.S, "")
 	rc.R.SetFromBaggage(0, "c")
 	var ctx context.Context = rc
 	Recorded(b)
@@ -128,6 +130,85 @@ func TestDerivedRecordSharesItsValues(t *testing.T) {
 	}
 }
 
+// A record that writes to spans of a line reads every field as one that
+// writes to Values does, whatever mix of values it is given: spans of the
+// line, values from elsewhere (three fit beside the line; a fourth moves
+// them all into Values of their own), Cleared and Unset ones, a field
+// written again; and so does what it copies out (CopyTo, Write).
+func TestSpansReadAsValues(t *testing.T) {
+	line := "session.chat_id=-100123,session.thread_id=17,session.user_id=u-42,session.message_id=88121"
+	inLine := func(v string) string {
+		i := strings.Index(line, "="+v)
+		if i < 0 {
+			t.Fatalf("%q is not in the line", v)
+		}
+		return line[i+1 : i+1+len(v)]
+	}
+	outside := func(v string) string { return string([]byte(v)) } // not a span of the line
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := []func() string{
+		func() string { return inLine("-100123") },
+		func() string { return inLine("17") },
+		func() string { return inLine("88121") },
+		func() string { return outside("Ops – EU") },
+		func() string { return outside("Ana Lúcia") },
+		func() string { return outside("17") }, // equal to a span, but not one
+		func() string { return outside(strings.Repeat("x", 300)) },
+		func() string { return "" },
+		func() string { return ClearedValue },
+	}
+	for round := range 2000 {
+		var spans Spans
+		var vals Values
+		var got, want Record
+		got.WriteSpans(&spans, line)
+		want.WriteFresh(&vals)
+		for range rng.IntN(3 * NumFields) {
+			i := rng.IntN(NumFields)
+			if rng.IntN(8) == 0 {
+				got.SetUnset(i)
+				want.SetUnset(i)
+				continue
+			}
+			v := values[rng.IntN(len(values))]()
+			got.SetFromBaggage(i, v)
+			want.SetFromBaggage(i, v)
+		}
+		var copied Values
+		got.CopyTo(&copied)
+		if copied != vals {
+			t.Fatalf("round %d: CopyTo of the spans' record gave %+v; want %+v", round, copied, vals)
+		}
+		for i := range NumFields {
+			gv, gs := got.Field(i)
+			wv, ws := want.Field(i)
+			if gv != wv || gs != ws {
+				t.Fatalf("round %d: field %d is %q, %d; want %q, %d", round, i, gv, gs, wv, ws)
+			}
+		}
+	}
+	// Every value a span of the line, or one of three others: no Values.
+	var spans Spans
+	var r Record
+	r.WriteSpans(&spans, line)
+	r.SetFromBaggage(0, inLine("-100123"))
+	r.SetFromBaggage(1, outside("a"))
+	r.SetFromBaggage(2, outside("b"))
+	r.SetFromBaggage(2, outside("b2")) // takes the string its field took before
+	r.SetFromBaggage(3, outside("c"))
+	if r.v != nil || r.s != &spans {
+		t.Fatal("three values beside the line's spans moved the record into Values")
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		r.WriteSpans(&spans, line)
+		for i, v := range []string{"-100123", "17", "u-42", "88121"} {
+			r.SetFromBaggage(i, inLine(v))
+		}
+	}); allocs != 0 {
+		t.Errorf("recording spans of the line allocated %v times", allocs)
+	}
+}
+
 // RecordOf looks for a record only of a baggage Recorded was told of, until
 // its hint is overwritten: then it returns nil, and the caller reads the
 // baggage itself.
@@ -165,9 +246,9 @@ func TestRecordOfTakesTheHint(t *testing.T) {
 // no owner's key while it has none.
 func TestRecordContextOwner(t *testing.T) {
 	// The inbound policy allocates one per accepted session: the context,
-	// the record and its values are to stay within the 512-byte size class.
-	if n := unsafe.Sizeof(RecordContext{}); n > 512 {
-		t.Errorf("RecordContext is %d bytes; over 512 it takes the next size class, 576", n)
+	// the record and its values are to stay within the 256-byte size class.
+	if n := unsafe.Sizeof(RecordContext{}); n > 256 {
+		t.Errorf("RecordContext is %d bytes; over 256 it takes the next size class, 288", n)
 	}
 	type ownerKey struct{ p *int }
 	type parentKey struct{}
@@ -193,5 +274,30 @@ func TestRecordContextOwner(t *testing.T) {
 	}
 	if got, ok := rc.Value(recordKey{}).(*Record); !ok || got != &rc.R {
 		t.Fatalf("the record key answered %v", got)
+	}
+}
+
+var sinkRC *RecordContext
+
+// NewRecordContext's record writes to Values of its own, allocated with the
+// context in one allocation, every field Unset at first.
+func TestNewRecordContext(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { sinkRC = NewRecordContext(context.Background()) }); n != 1 {
+		t.Errorf("NewRecordContext allocated %v times; want 1", n)
+	}
+	rc := NewRecordContext(context.Background())
+	for i := range NumFields {
+		if v, st := rc.R.Field(i); v != "" || st != Unset {
+			t.Fatalf("field %d of a new record: %q, %d; want Unset", i, v, st)
+		}
+	}
+	for i := range 4 { // more values from elsewhere than spans could hold
+		rc.R.SetFromBaggage(i, string([]byte{'v', byte('0' + i)}))
+	}
+	if rc.R.v == nil || rc.R.s != nil {
+		t.Fatal("the record does not write to its own Values")
+	}
+	if v, st := rc.R.Field(3); v != "v3" || st != Set {
+		t.Fatalf("field 3 is %q, %d; want v3, Set", v, st)
 	}
 }
