@@ -39,13 +39,17 @@ const ClearedValue = "\x00"
 // next message's Bind allocates beside OpenTelemetry's own copy of its map.
 type Record struct {
 	B baggage.Baggage // the baggage described
-	v *Values         // the values read; nil: those of s
-	s *Spans          // the values read when v is nil; nil too: every field Unset
-	// A field whose value is not *v's (Derive): its index + 1 (0: none),
+	// The values read: a *Spans when spans, else a *Values; nil: every
+	// field Unset. One pointer for either (a field each would make the
+	// next message's local state, which holds a Record, take the next
+	// size class).
+	p unsafe.Pointer
+	// A field whose value is not *p's (Derive): its index + 1 (0: none),
 	// and its value and state.
-	oi  uint8
-	ost uint8
-	ov  string
+	oi    uint8
+	ost   uint8
+	spans bool
+	ov    string
 }
 
 // Values is what a Record holds of each field.
@@ -78,14 +82,37 @@ func (r *Record) Field(i int) (string, uint8) {
 	if int(r.oi) == i+1 {
 		return r.ov, r.ost
 	}
-	if v := r.v; v != nil {
+	if r.p == nil {
+		return "", Unset
+	}
+	if !r.spans {
+		v := (*Values)(r.p)
 		return v.Val[i], v.St[i]
 	}
-	if s := r.s; s != nil {
-		sp := s.Sp[i]
-		return s.Str[sp>>30][sp>>16&maxSpanned : sp>>2&maxSpanned], uint8(sp & 3)
+	s := (*Spans)(r.p)
+	sp := s.Sp[i]
+	return s.Str[sp>>30][sp>>16&maxSpanned : sp>>2&maxSpanned], uint8(sp & 3)
+}
+
+// values returns the Values r reads, nil when it reads none or spans.
+func (r *Record) values() *Values {
+	if r.spans {
+		return nil
 	}
-	return "", Unset
+	return (*Values)(r.p)
+}
+
+// spanValues returns the Spans r reads, nil when it reads none or Values.
+func (r *Record) spanValues() *Spans {
+	if !r.spans {
+		return nil
+	}
+	return (*Spans)(r.p)
+}
+
+// setValues makes v the Values r reads, with no field held apart.
+func (r *Record) setValues(v *Values) {
+	r.p, r.spans, r.oi, r.ost, r.ov = unsafe.Pointer(v), false, 0, 0, ""
 }
 
 // Write makes v, which the caller owns and which no record a context holds
@@ -93,13 +120,13 @@ func (r *Record) Field(i int) (string, uint8) {
 // field Unset for a record that held none).
 func (r *Record) Write(v *Values) {
 	r.CopyTo(v)
-	r.v, r.s, r.oi, r.ost, r.ov = v, nil, 0, 0, ""
+	r.setValues(v)
 }
 
 // WriteFresh is Write without the copy: v is cleared, every field Unset.
 func (r *Record) WriteFresh(v *Values) {
 	*v = Values{}
-	r.v, r.s, r.oi, r.ost, r.ov = v, nil, 0, 0, ""
+	r.setValues(v)
 }
 
 // WriteSpans is WriteFresh for spans of line: s, which the caller owns and
@@ -111,20 +138,20 @@ func (r *Record) WriteFresh(v *Values) {
 func (r *Record) WriteSpans(s *Spans, line string) {
 	*s = Spans{}
 	s.Str[0] = line
-	r.v, r.s, r.oi, r.ost, r.ov = nil, s, 0, 0, ""
+	r.p, r.spans, r.oi, r.ost, r.ov = unsafe.Pointer(s), true, 0, 0, ""
 }
 
 // CopyTo writes into dst every field's value and state as r holds it.
 func (r *Record) CopyTo(dst *Values) {
 	switch {
-	case r.v != nil:
-		*dst = *r.v
-	case r.s != nil:
+	case r.p == nil:
+		*dst = Values{}
+	case !r.spans:
+		*dst = *(*Values)(r.p)
+	default:
 		for i := range dst.Val {
 			dst.Val[i], dst.St[i] = r.Field(i)
 		}
-	default:
-		*dst = Values{}
 	}
 	if r.oi != 0 {
 		dst.Val[r.oi-1], dst.St[r.oi-1] = r.ov, r.ost
@@ -135,7 +162,7 @@ func (r *Record) CopyTo(dst *Values) {
 // but for field index i, whose member value (as the baggage holds it) is v.
 // vals must not be modified while the record is read.
 func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
-	r := Record{B: b, v: vals, oi: uint8(i + 1)}
+	r := Record{B: b, p: unsafe.Pointer(vals), oi: uint8(i + 1)}
 	r.ov, r.ost = fromBaggage(v)
 	return r
 }
@@ -145,31 +172,33 @@ func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
 // values given by Write, WriteFresh or WriteSpans.
 func (r *Record) SetFromBaggage(i int, v string) {
 	v, st := fromBaggage(v)
-	if r.v == nil && r.s != nil && r.s.set(i, v, st) {
+	if s := r.spanValues(); s != nil && s.set(i, v, st) {
 		return
 	}
-	r.values().Val[i], r.v.St[i] = v, st
+	vals := r.ownValues()
+	vals.Val[i], vals.St[i] = v, st
 }
 
 // SetUnset records field index i as Unset. r writes to values given by
 // Write, WriteFresh or WriteSpans.
 func (r *Record) SetUnset(i int) {
-	if r.v == nil && r.s != nil {
-		r.s.set(i, "", Unset)
+	if s := r.spanValues(); s != nil {
+		s.set(i, "", Unset)
 		return
 	}
-	r.v.Val[i], r.v.St[i] = "", Unset
+	vals := r.values()
+	vals.Val[i], vals.St[i] = "", Unset
 }
 
-// values returns the Values r writes to, moving its spans into Values of
-// its own first when it writes to spans.
-func (r *Record) values() *Values {
-	if r.v == nil {
+// ownValues returns the Values r writes to, moving its spans into Values
+// of its own first when it writes to spans.
+func (r *Record) ownValues() *Values {
+	if r.spans {
 		v := new(Values)
 		r.CopyTo(v)
-		r.v, r.s = v, nil
+		r.setValues(v)
 	}
-	return r.v
+	return (*Values)(r.p)
 }
 
 // set records field index i as v with state st, a span of the line or of

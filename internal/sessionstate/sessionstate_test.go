@@ -196,7 +196,7 @@ func TestSpansReadAsValues(t *testing.T) {
 	r.SetFromBaggage(2, outside("b"))
 	r.SetFromBaggage(2, outside("b2")) // takes the string its field took before
 	r.SetFromBaggage(3, outside("c"))
-	if r.v != nil || r.s != &spans {
+	if r.spanValues() != &spans {
 		t.Fatal("three values beside the line's spans moved the record into Values")
 	}
 	if allocs := testing.AllocsPerRun(100, func() {
@@ -250,6 +250,11 @@ func TestRecordContextOwner(t *testing.T) {
 	if n := unsafe.Sizeof(RecordContext{}); n > 256 {
 		t.Errorf("RecordContext is %d bytes; over 256 it takes the next size class, 288", n)
 	}
+	// Every local state of otelsession holds a Record; the next message's
+	// Bind allocates one, 160 bytes with this Record, in its size class.
+	if n := unsafe.Sizeof(Record{}); n > 40 {
+		t.Errorf("Record is %d bytes, over 40: the next message's local state takes the next size class", n)
+	}
 	type ownerKey struct{ p *int }
 	type parentKey struct{}
 	n := 1
@@ -294,7 +299,7 @@ func TestNewRecordContext(t *testing.T) {
 	for i := range 4 { // more values from elsewhere than spans could hold
 		rc.R.SetFromBaggage(i, string([]byte{'v', byte('0' + i)}))
 	}
-	if rc.R.v == nil || rc.R.s != nil {
+	if rc.R.values() == nil {
 		t.Fatal("the record does not write to its own Values")
 	}
 	if v, st := rc.R.Field(3); v != "v3" || st != Set {
