@@ -2,11 +2,11 @@ package otelsession_test
 
 import (
 	"context"
-	"runtime"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
@@ -86,18 +86,8 @@ func TestNextMessageBindAllocations(t *testing.T) {
 	}
 }
 
-// allocated returns the allocations (testing.AllocsPerRun's whole count)
-// and the bytes fn allocates per call, each over 500 calls after one to warm
-// up. Anything else the process allocates meanwhile is counted too: the
-// bytes are an average, a few bytes over what fn alone allocates.
+// allocated returns the allocations and the bytes fn allocates per call,
+// each over 500 calls.
 func allocated(fn func()) (allocs, bytes float64) {
-	const n = 500
-	allocs = testing.AllocsPerRun(n, fn)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range n {
-		fn()
-	}
-	runtime.ReadMemStats(&after)
-	return allocs, float64(after.TotalAlloc-before.TotalAlloc) / n
+	return testing.AllocsPerRun(500, fn), benchcpu.BytesPerRun(500, fn)
 }

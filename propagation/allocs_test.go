@@ -3,13 +3,13 @@ package propagation_test
 import (
 	"context"
 	"net/netip"
-	"runtime"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/internal/benchcpu"
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -147,16 +147,7 @@ func TestInboundRecordBytes(t *testing.T) {
 }
 
 // allocated returns the allocations and the bytes fn allocates per call,
-// over 500 calls after one to warm up. Anything else the process allocates
-// meanwhile is counted too.
+// each over 500 calls.
 func allocated(fn func()) (allocs, bytes float64) {
-	const n = 500
-	allocs = testing.AllocsPerRun(n, fn)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range n {
-		fn()
-	}
-	runtime.ReadMemStats(&after)
-	return allocs, float64(after.TotalAlloc-before.TotalAlloc) / n
+	return testing.AllocsPerRun(500, fn), benchcpu.BytesPerRun(500, fn)
 }

@@ -1,6 +1,7 @@
 package benchcpu
 
 import (
+	"runtime"
 	"runtime/metrics"
 	"testing"
 )
@@ -42,4 +43,20 @@ func LiveHeap() (uint64, bool) {
 		return 0, false
 	}
 	return s[0].Value.Uint64(), true
+}
+
+// BytesPerRun is testing.AllocsPerRun's companion for bytes: the bytes
+// allocated per call of fn, averaged over runs calls after one to warm up.
+// Anything else the process allocates meanwhile is counted too, so the
+// figure can be a few bytes over what fn alone allocates; a test holding
+// an allocation budget in bytes leaves room for that.
+func BytesPerRun(runs int, fn func()) float64 {
+	fn()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		fn()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / float64(runs)
 }

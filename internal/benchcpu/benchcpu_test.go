@@ -41,3 +41,16 @@ func BenchmarkTimeReportsLiveHeap(b *testing.B) {
 		sink = append(sink[:0], make([]*int, 16))
 	}
 }
+
+var sinkBytes []byte
+
+// BytesPerRun counts what a call allocates: a kilobyte as about a kilobyte,
+// nothing as about nothing.
+func TestBytesPerRun(t *testing.T) {
+	if got := BytesPerRun(200, func() { sinkBytes = make([]byte, 1024) }); got < 1024 || got > 1024+64 {
+		t.Errorf("a call allocating 1,024 bytes: %.0f B per run", got)
+	}
+	if got := BytesPerRun(200, func() { sinkBytes = sinkBytes[:0] }); got > 64 {
+		t.Errorf("a call allocating nothing: %.0f B per run", got)
+	}
+}

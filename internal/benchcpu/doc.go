@@ -5,5 +5,7 @@
 // garbage collection) swings far less, so the performance tables compare a
 // row with its baseline on it. The collector's part of that time depends on
 // the live heap, so the tables also check that a row and its baseline ran
-// beside comparable ones. It owns nothing else.
+// beside comparable ones. For the allocation budgets that tests assert
+// without timing anything, it also counts the bytes an operation allocates
+// per call (BytesPerRun, beside testing.AllocsPerRun). It owns nothing else.
 package benchcpu
