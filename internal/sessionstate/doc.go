@@ -8,7 +8,9 @@
 // one (an otelsession writer, an inbound policy that accepted it), the
 // record of its session's values that a context holds beside it, which
 // otelsession's reads take instead of looking each field up (Record,
-// RecordOf), and the table of the maps a record was made for, by which
+// RecordOf; its values held as strings, Values, or as spans of the one
+// baggage line an inbound policy read them from, Spans), and the table of
+// the maps a record was made for, by which
 // RecordOf knows at once that a baggage has none (Recorded). It also owns
 // telling two baggages apart by their map (BaggageID), for whoever keeps
 // what it built from one. It owns nothing else; otelsession sets the hooks at start-up.
