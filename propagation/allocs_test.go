@@ -2,6 +2,7 @@ package propagation_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -40,7 +41,27 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 
 	wire := otelprop.MapCarrier{}
 	prop.Inject(bound, wire)
-	in := propagation.NewInbound(propagation.TrustAll)
+	in := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0))
+	cached := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(4))
+	// Lines of distinct sessions, more than cached keeps (each one first
+	// seen: noted, no entry made), and the messages of one conversation
+	// (each served from the entry the ones before made).
+	sessions, messages := make([]otelprop.MapCarrier, 64), make([]otelprop.MapCarrier, 64)
+	for i := range sessions {
+		s := fullTestSession
+		s.ChatID = fmt.Sprintf("chat-%d", i)
+		sessions[i] = otelprop.MapCarrier{}
+		prop.Inject(trace.ContextWithSpanContext(otelsession.Bind(context.Background(), s), sc), sessions[i])
+		s = fullTestSession
+		s.MessageID = fmt.Sprint(90000 + i)
+		messages[i] = otelprop.MapCarrier{}
+		prop.Inject(trace.ContextWithSpanContext(otelsession.Bind(context.Background(), s), sc), messages[i])
+	}
+	var turn int
+	inTurn := func(cs []otelprop.MapCarrier) otelprop.MapCarrier {
+		turn++
+		return cs[turn%len(cs)]
+	}
 	peer := propagation.Peer{Transport: propagation.TransportHTTP, Addr: netip.MustParseAddr("127.0.0.1")}
 	bg := context.Background()
 
@@ -79,7 +100,7 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 			0,
 		},
 		{
-			"Inbound.Extract, a full session accepted",
+			"Inbound.Extract, a full session accepted, without the cache",
 			func() { sinkCtx = prop.Extract(bg, wire) },
 			func() { sinkCtx, _ = in.Extract(bg, prop, wire, peer) },
 			// The record of the accepted session's values, which every
@@ -87,9 +108,26 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 			// quarter of the raw member read).
 			1,
 		},
+		{
+			"Inbound.Extract, a full session first seen (noted by the cache)",
+			func() { sinkCtx = prop.Extract(bg, inTurn(sessions)) },
+			func() { sinkCtx, _ = cached.Extract(bg, prop, inTurn(sessions), peer) },
+			// The record.
+			1,
+		},
+		{
+			// OpenTelemetry's SetMember of the new message id into the
+			// entry's baggage, the trace context, the record: fewer than
+			// the parse.
+			"Inbound.Extract, the next message of a conversation (served from the cache)",
+			func() { sinkCtx = prop.Extract(bg, inTurn(messages)) },
+			func() { sinkCtx, _ = cached.Extract(bg, prop, inTurn(messages), peer) },
+			0,
+		},
 	} {
 		raw := testing.AllocsPerRun(100, c.raw)
 		got := testing.AllocsPerRun(100, c.withPolicy)
+		t.Logf("%s: %.0f allocations, the stock propagator %.0f", c.name, got, raw)
 		if got > raw+c.extra {
 			t.Errorf("%s: %.0f allocations, the stock propagator alone %.0f (+%.0f allowed)", c.name, got, raw, c.extra)
 		}
@@ -112,7 +150,10 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 // apart, and a session of any value left unset or cleared.
 func TestInboundRecordBytes(t *testing.T) {
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
-	in := propagation.NewInbound(propagation.TrustAll)
+	// Without the cache, which would serve every extraction but the first
+	// from its entry (TestPoliciesAllocateNoMoreThanTheStockPropagators
+	// counts what an entry adds).
+	in := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0))
 	peer := propagation.Peer{Transport: propagation.TransportHTTP, Addr: netip.MustParseAddr("127.0.0.1")}
 	bg := context.Background()
 	sparse := otelsession.Session{Platform: "slack", ChatID: "C042", ThreadID: "17.2", UserName: "Zoë B"}

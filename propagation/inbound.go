@@ -117,6 +117,10 @@ type Counts struct {
 	// user name) was cut to its limit or dropped: the session was kept.
 	Truncated uint64
 
+	// Cached counts the accepted sessions served from the policy's cache
+	// of accepted lines (see [WithCacheSize]): counted in Accepted too.
+	Cached uint64
+
 	// Signed counts the accepted sessions whose signature verified (see
 	// [WithVerifier]), whatever the peer.
 	Signed uint64
@@ -133,8 +137,9 @@ type Counts struct {
 type Inbound struct {
 	trust    TrustFunc
 	verifier *Verifier
+	cache    *inboundCache
 	n        struct {
-		accepted, untrusted, rejected                                               atomic.Uint64
+		accepted, untrusted, rejected, cached                                       atomic.Uint64
 		tooLarge, malformed, duplicate, invalidValue, localField, unknownSessionKey atomic.Uint64
 		signed, badSignature, expired, unknownKey, truncated                        atomic.Uint64
 	}
@@ -172,7 +177,7 @@ func NewInbound(trust TrustFunc, opts ...InboundOption) *Inbound {
 	if trust == nil {
 		trust = TrustNone
 	}
-	p := &Inbound{trust: trust}
+	p := &Inbound{trust: trust, cache: newInboundCache(defaultInboundCacheSize)}
 	for _, o := range opts {
 		if o != nil {
 			o(p)
@@ -188,7 +193,7 @@ func (p *Inbound) Counts() Counts {
 		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
 		InvalidValue: p.n.invalidValue.Load(), LocalField: p.n.localField.Load(),
 		UnknownSessionKey: p.n.unknownSessionKey.Load(), Truncated: p.n.truncated.Load(),
-		Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
+		Cached: p.n.cached.Load(), Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
 		UnknownKey: p.n.unknownKey.Load(),
 	}
 }
@@ -239,8 +244,6 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 			raw = []string{v}
 		}
 	}
-	ctx = resetAndExtract(ctx, prop, extractFrom)
-
 	// With one baggage line that only OpenTelemetry's W3C propagator
 	// parsed (through Get: no Values method), the session members of the
 	// extracted baggage are exactly those of the line, decoded; the check
@@ -256,11 +259,24 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// extracted (FuzzCheckReadsTheLineAsTheParserDoes holds the two
 		// ways to each other).
 		if stockprop.NamesNoSession(raw[0]) {
-			return ctx, nil
+			return resetAndExtract(ctx, prop, extractFrom), nil
 		}
 		written = new(writtenMembers)
 	}
 	seen, err := scanSessionKeys(raw, written)
+	// The scan reads the raw line only, so it runs before the extraction:
+	// a line the cache of accepted sessions holds but for its message id
+	// needs no parse (see inboundcache.go).
+	var key *lineKey
+	if written != nil && err == nil && seen != 0 && p.cache != nil {
+		key = new(lineKey)
+		if !p.cache.keyOf(key, raw[0], seen, written) {
+			key = nil
+		} else if c, ok := p.fromCache(ctx, prop, extractFrom, key, peer); ok {
+			return c, nil
+		}
+	}
+	ctx = resetAndExtract(ctx, prop, extractFrom)
 	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
 		err = checkReencodedSize(raw)
 	}
@@ -304,7 +320,11 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	if written != nil {
 		line = raw[0] // the check read the session's values from it
 	}
-	return in.withRecord(ctx, line), nil
+	rc := in.withRecord(ctx, line)
+	if key != nil && !in.hasSig && len(in.display) == 0 {
+		p.cache.remember(key, rc.R.B, &rc.R)
+	}
+	return rc, nil
 }
 
 // withRecord returns ctx holding the record of what its baggage, an
@@ -319,7 +339,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 // the check read the session's values from: they are spans of it, which the
 // record holds as such (sessionstate.Spans), in half the bytes of a value
 // each.
-func (in *inboundSession) withRecord(ctx context.Context, line string) context.Context {
+func (in *inboundSession) withRecord(ctx context.Context, line string) *sessionstate.RecordContext {
 	b := baggage.FromContext(ctx)
 	var rc *sessionstate.RecordContext
 	if line != "" {
@@ -543,19 +563,27 @@ const maxGrowth = 6 // extra bytes per escaped byte >= 0x80
 func mayGrowPastLimit(lines []string) bool {
 	total := len(lines) - 1
 	for _, l := range lines {
-		total += len(l)
-		for i := strings.IndexByte(l, '%'); i >= 0 && i+1 < len(l); {
-			if c := l[i+1]; c >= '8' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' {
-				total += maxGrowth
-			}
-			j := strings.IndexByte(l[i+1:], '%')
-			if j < 0 {
-				break
-			}
-			i += 1 + j
-		}
+		total += len(l) + growthBound(l)
 	}
 	return total > otelsession.MaxBaggageBytes
+}
+
+// growthBound bounds from above how many bytes line grows by once its
+// members are decoded and encoded again: maxGrowth for each escaped byte
+// that is not ASCII.
+func growthBound(l string) int {
+	n := 0
+	for i := strings.IndexByte(l, '%'); i >= 0 && i+1 < len(l); {
+		if c := l[i+1]; c >= '8' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' {
+			n += maxGrowth
+		}
+		j := strings.IndexByte(l[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return n
 }
 
 // checkReencodedSize measures what the SDK measures before it drops members:

@@ -76,7 +76,7 @@ func BenchmarkSignature(b *testing.B) {
 		}
 	})
 	b.Run("Extract/unsigned", func(b *testing.B) {
-		extract(b, propagation.NewInbound(propagation.TrustAll), plainH)
+		extract(b, propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0)), plainH)
 	})
 	b.Run("Extract/signed,unverified", func(b *testing.B) {
 		extract(b, propagation.NewInbound(propagation.TrustAll), signedH)

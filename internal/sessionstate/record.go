@@ -167,6 +167,37 @@ func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
 	return r
 }
 
+// Detach returns r reading the same values from memory that no context's
+// allocation holds, so that keeping the record keeps nothing else alive:
+// spans (which WriteSpans puts beside the record, in its context) are
+// copied into s, which the caller owns and does not modify once the
+// returned record is read; Values, allocated on their own, are shared. ok
+// is false when r holds a field apart (Derive, With), which Detach does
+// not carry over.
+func (r *Record) Detach(s *Spans) (Record, bool) {
+	if r.oi != 0 {
+		return Record{}, false
+	}
+	d := *r
+	if r.spans {
+		*s = *(*Spans)(r.p)
+		d.p = unsafe.Pointer(s)
+	}
+	return d, true
+}
+
+// With returns the record of b, a baggage that holds what r describes but
+// for field index i, whose member value (as b holds it) is v: Derive for a
+// record whose values may be spans. r's values are shared, not copied, and
+// must not be modified while either record is read; r holds no field
+// apart (Detach's result).
+func (r *Record) With(b baggage.Baggage, i int, v string) Record {
+	d := *r
+	d.B, d.oi = b, uint8(i+1)
+	d.ov, d.ost = fromBaggage(v)
+	return d
+}
+
 // SetFromBaggage records v, a member value as the baggage holds it, as field
 // index i's: "" or ClearedValue is Cleared, anything else Set. r writes to
 // values given by Write, WriteFresh or WriteSpans.

@@ -96,13 +96,13 @@ func BenchmarkUnary(b *testing.B) {
 		{name: "otelgrpc/on", ctx: withSession, want: true},
 		{name: "grpcsession/off", ctx: context.Background(), policy: true},
 		{name: "grpcsession/on", ctx: withSession, policy: true, want: true,
-			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/otelgrpc-except-baggage", ctx: withSession, policy: true, want: true, exceptBag: true,
-			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/edge", ctx: withSession, policy: true, want: true, edge: true,
-			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback()))},
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/signed", ctx: withSession, policy: true, want: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))},
@@ -221,7 +221,7 @@ func BenchmarkSteps(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
-				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0))))
 			b.ReportAllocs()
 			stop := benchcpu.Time(b)
 			for b.Loop() {
@@ -240,7 +240,7 @@ func BenchmarkSteps(b *testing.B) {
 	edgeStep := func(in context.Context, check func(b *testing.B)) func(b *testing.B) {
 		return func(b *testing.B) {
 			edge := grpcsession.New(grpcsession.WithPropagator(w3c),
-				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback())))
+				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0))))
 			interceptor, prop := edge.UnaryServerInterceptor(), edge.Propagator()
 			b.ReportAllocs()
 			stop := benchcpu.Time(b)

@@ -8,9 +8,11 @@ package httpsession
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,7 +62,11 @@ func BenchmarkInbound(b *testing.B) {
 			}
 		})
 		b.Run(c.name+"/path=session", func(b *testing.B) {
-			policy := propagation.NewInbound(propagation.TrustAll)
+			// The same carrier again and again: without the cache, which
+			// would serve every extraction but the first (the rows below
+			// measure it, on the lines of distinct sessions and of one
+			// conversation's messages).
+			policy := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0))
 			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -69,6 +75,58 @@ func BenchmarkInbound(b *testing.B) {
 					b.Fatal(err)
 				}
 				sinkCtx = ctx
+			}
+		})
+	}
+	// The policy's cache of accepted sessions, from a MapCarrier: the lines
+	// of 4,096 distinct sessions in turn, more than the cache notes (each
+	// one first seen: noted, no entry made), and of 1,024 messages of
+	// one conversation, each injected on its own as a sender does (its
+	// members in another order each time, its own message id: each served
+	// from the entry of the one before). The raw path extracts the same
+	// lines in the same turn.
+	lines := func(n int, vary func(s *otelsession.Session, i int)) []otelprop.MapCarrier {
+		cs := make([]otelprop.MapCarrier, n)
+		for i := range cs {
+			s := benchSession
+			vary(&s, i)
+			cs[i] = otelprop.MapCarrier{}
+			prop.Inject(otelsession.Bind(context.Background(), s), cs[i])
+		}
+		return cs
+	}
+	for _, c := range []struct {
+		name     string
+		carriers []otelprop.MapCarrier
+	}{
+		{"MapCarrier_first_seen", lines(4096, func(s *otelsession.Session, i int) { s.ChatID = fmt.Sprintf("-100%010d", i) })},
+		{"MapCarrier_next_message", lines(1024, func(s *otelsession.Session, i int) { s.MessageID = strconv.Itoa(88121 + i) })},
+	} {
+		b.Run(c.name+"/path=raw", func(b *testing.B) {
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sinkCtx = prop.Extract(bg, c.carriers[i%len(c.carriers)])
+				i++
+			}
+		})
+		b.Run(c.name+"/path=session", func(b *testing.B) {
+			policy := propagation.NewInbound(propagation.TrustAll)
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				ctx, err := policy.Extract(bg, prop, c.carriers[i%len(c.carriers)], peer)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sinkCtx = ctx
+				i++
+			}
+			b.StopTimer()
+			if n, want := policy.Counts().Cached, c.name == "MapCarrier_next_message"; (n > uint64(i)/2) != want {
+				b.Fatalf("%d of %d extractions served from the cache", n, i)
 			}
 		})
 	}
@@ -90,7 +148,7 @@ func BenchmarkInbound(b *testing.B) {
 		}
 	})
 	b.Run("Handler/path=session", func(b *testing.B) {
-		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll)))
+		hd := Handler(next, WithPropagator(prop), WithInbound(propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0))))
 		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {

@@ -36,7 +36,7 @@ func BenchmarkServerStack(b *testing.B) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
 	w3c.Inject(trace.ContextWithSpanContext(otelsession.Bind(context.Background(), benchSession), sc), otelprop.HeaderCarrier(h))
 	var app http.HandlerFunc = func(_ http.ResponseWriter, r *http.Request) { sinkCtx = r.Context() }
-	policy := propagation.NewInbound(propagation.TrustLoopback())
+	policy := propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)) // see BenchmarkInbound
 	run := func(handler http.Handler) func(*testing.B) {
 		return func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodGet, "http://notify.internal/notify", nil)

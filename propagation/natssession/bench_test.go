@@ -12,6 +12,7 @@ package natssession_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,7 +155,69 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	}
 	b.Run("Consumer.Extract/path=raw", raw(plainH))
-	b.Run("Consumer.Extract/path=session", session(propagation.NewInbound(propagation.TrustAll), plainH))
+	// The same message again and again: without the policy's cache, which
+	// would serve every extraction but the first (the rows below measure
+	// it).
+	b.Run("Consumer.Extract/path=session", session(propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0)), plainH))
+	// The policy's cache of accepted sessions: the messages of 4,096
+	// distinct conversations in turn, more than the cache notes (each
+	// session first seen: noted, no entry made), and 1,024 messages of
+	// one conversation, each published on its own (its members in another
+	// order each time, its own message id: each served from the entry of
+	// the one before). The raw path consumes the same messages in turn.
+	inTurn := func(n int, vary func(i int) conversation) func(*testing.B, bool) {
+		msgs := make([]*nats.Msg, n)
+		chats := make([]string, len(msgs))
+		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(toQueue))
+		for i := range msgs {
+			c := vary(i)
+			msgs[i], chats[i] = benchMsg(), c.s.ChatID
+			_, span := pub.Inject(c.bind(context.Background()), msgs[i])
+			span.End()
+		}
+		return func(b *testing.B, withPolicy bool) {
+			sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
+			defer benchcpu.Time(b)()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				msg := msgs[i%len(msgs)]
+				var ctx context.Context
+				if withPolicy {
+					var span trace.Span
+					var err error
+					if ctx, span, err = sub.Extract(base, msg); err != nil {
+						b.Fatal(err)
+					}
+					span.End()
+				} else {
+					attrs := natsAttrs(msg.Subject, "process", semconv.MessagingOperationTypeProcess)
+					if id := natssession.HeaderCarrier(msg.Header).Get(jetstream.MsgIDHeader); id != "" {
+						attrs = append(attrs, semconv.MessagingMessageID(id))
+					}
+					ctx = w3c.Extract(base, natssession.HeaderCarrier(msg.Header))
+					var span trace.Span
+					ctx, span = benchTracer.Start(ctx, "process "+msg.Subject, trace.WithSpanKind(trace.SpanKindConsumer),
+						trace.WithAttributes(attrs...), trace.WithLinks(trace.Link{SpanContext: trace.SpanContextFromContext(ctx)}))
+					span.End()
+				}
+				if v, _ := otelsession.Lookup(ctx, otelsession.FieldChatID); v != chats[i%len(msgs)] {
+					b.Fatalf("chat id %q after extract, want %q", v, chats[i%len(msgs)])
+				}
+				i++
+			}
+		}
+	}
+	firstSeen := inTurn(4096, func(i int) conversation { return conversationFor(1 + 6*i) })
+	nextMessage := inTurn(1024, func(i int) conversation {
+		c := conversationFor(1)
+		c.s.MessageID = fmt.Sprint("msg-1-", i)
+		return c
+	})
+	b.Run("Consumer.Extract_first_seen/path=raw", func(b *testing.B) { firstSeen(b, false) })
+	b.Run("Consumer.Extract_first_seen/path=session", func(b *testing.B) { firstSeen(b, true) })
+	b.Run("Consumer.Extract_next_message/path=raw", func(b *testing.B) { nextMessage(b, false) })
+	b.Run("Consumer.Extract_next_message/path=session", func(b *testing.B) { nextMessage(b, true) })
 	b.Run("Consumer.Extract_verified/path=raw", raw(signedH))
 	b.Run("Consumer.Extract_verified/path=session", session(verifying(b), signedH))
 
@@ -162,7 +225,7 @@ func BenchmarkExtract(b *testing.B) {
 	// propagator's single-header path), beside the stock extraction.
 	m := otelprop.MapCarrier{}
 	w3c.Inject(benchSession(), m)
-	policy := propagation.NewInbound(propagation.TrustAll)
+	policy := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0))
 	b.Run("Inbound.Extract_MapCarrier/path=raw", func(b *testing.B) {
 		defer benchcpu.Time(b)()
 		b.ReportAllocs()

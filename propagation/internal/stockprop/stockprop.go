@@ -99,3 +99,30 @@ func compositeParts(prop otelprop.TextMapPropagator) []otelprop.TextMapPropagato
 // (correct, slower), where reading it as a slice would panic.
 var compositeIsSlice = compositeType.Kind() == reflect.Slice &&
 	compositeType.Elem() == reflect.TypeFor[otelprop.TextMapPropagator]()
+
+// ExtractExceptBaggage is prop's extraction from carrier without its W3C
+// baggage propagator: what prop.Extract does to ctx but for replacing its
+// baggage. prop must be known (Baggage reports known), else it returns ctx
+// as it is. The inbound policy takes it with a baggage it has already,
+// which it then puts into the context itself: the context answers every
+// key as prop.Extract's would (the order in which its parts wrapped the
+// context is not observable).
+func ExtractExceptBaggage(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier) context.Context {
+	return exceptBaggage(ctx, prop, carrier, 0)
+}
+
+func exceptBaggage(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, depth int) context.Context {
+	switch prop.(type) {
+	case otelprop.Baggage:
+		return ctx
+	case otelprop.TraceContext:
+		return prop.Extract(ctx, carrier)
+	}
+	if prop == nil || depth > 3 || !compositeIsSlice || reflect.TypeOf(prop) != compositeType {
+		return ctx
+	}
+	for _, p := range compositeParts(prop) {
+		ctx = exceptBaggage(ctx, p, carrier, depth+1)
+	}
+	return ctx
+}

@@ -1,0 +1,374 @@
+package propagation
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+
+	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
+)
+
+// The accepted-session cache: a consumer receives a conversation's session
+// on every message of it, and the baggage line it arrives in differs from
+// the last message's in the message id alone. OpenTelemetry's parse of the
+// line is most of the inbound step (a full session's line is about 500
+// bytes: every member split, validated, decoded and put into a map one by
+// one), and the baggage it builds can be derived from the last message's
+// with one Baggage.SetMember, a copy of the map, as the bind cache does for
+// Bind.
+//
+// An entry is a line the policy accepted whole: one line that
+// OpenTelemetry's W3C propagator alone parsed (the check's fast path, see
+// Inbound.Extract), from a peer it trusted, no signature (a signature
+// changes with every message and is verified on every message), no display
+// value cut. It holds the line's members, the baggage OpenTelemetry parsed
+// from it and the record of its values. A later line is served from it
+// when its members are the entry's, byte for byte, in any order (a sender's
+// W3C propagator writes a baggage's members in the order of Go's map
+// iteration, which differs from one message to the next), but for the
+// message id's value, and that value is plain (printable ASCII with
+// nothing to decode, no properties) and within its length limit.
+// OpenTelemetry's parse of the new line would then build the entry's
+// members and that one value, which is what SetMember of the new value
+// into the entry's baggage builds: the entry is made only of a line whose
+// members are all valid and of distinct keys (its parse holds as many
+// members as it has: none was refused or repeated, so the order in which
+// the parser met them does not matter), and whose decoded and encoded size
+// is bounded within OpenTelemetry's limits (growthBound), so that its parse
+// drops no member of either line. FuzzInboundCache holds a cached
+// extraction to the uncached one for any pair of lines.
+//
+// The scan for repeated, forbidden and local keys runs on every line (it
+// finds the message id), the peer is judged on every line, and the counts
+// and metrics are the same; only the parse and the check of the values the
+// entry's line already passed are skipped. A line the policy refused, or
+// from a peer it did not trust, never makes an entry, so an untrusted
+// sender cannot fill the cache; nor does a line seen once (admit): an entry
+// is made on a conversation's second message, served from its third. An
+// entry keeps its line alive, the baggage OpenTelemetry parsed from it and
+// the record: about 3 to 4 KiB for a full session of typical values, and
+// about 11.5 KiB for a line at OpenTelemetry's limits (64 members, 8 KiB),
+// as TestInboundCacheMemoryBound measures: about 1 MiB typical, 3 MiB at
+// worst, at the default size.
+
+// defaultInboundCacheSize is the number of accepted lines a policy keeps
+// by default.
+const defaultInboundCacheSize = 256
+
+// inboundWays is the cache's associativity: a new line takes a free slot
+// of its set of four, or evicts one of them in turn.
+const inboundWays = 4
+
+// WithCacheSize bounds the policy's cache of accepted sessions to about n
+// conversations (rounded up to a power of two, at least 4; n <= 0 disables
+// it). A consumer receives a conversation's session on every message of
+// it, in a baggage line that differs from the last one's in the message id
+// alone (and in the order of its members): from the conversation's third
+// message, the policy builds the baggage from the last one with
+// OpenTelemetry's SetMember instead of parsing and checking the line again,
+// and returns the same context it would have built (the peer is still
+// judged on every message). Only sessions accepted whole from a trusted
+// peer without a signature are kept. The default, 256, holds the active
+// conversations of a busy consumer in about 1 MiB (3 MiB at worst);
+// [Counts].Cached says how many sessions it served.
+func WithCacheSize(n int) InboundOption {
+	return func(p *Inbound) { p.cache = newInboundCache(n) }
+}
+
+type inboundCache struct {
+	seed  uint64
+	mask  uint64 // sets - 1
+	slots []atomic.Pointer[acceptedLine]
+	next  atomic.Uint32 // the way the next eviction takes
+	// seen holds the keys of lines seen once, by their hash, until another
+	// takes the slot: a line makes an entry only when its key was seen
+	// before (the conversation's second message), so that a session seen
+	// once (a request that is a chat of its own, a one-off job) costs no
+	// entry, and the cache keeps no baggage alive for it.
+	seen []atomic.Uint64
+}
+
+func newInboundCache(n int) *inboundCache {
+	if n <= 0 {
+		return nil
+	}
+	sets := 1
+	for sets*inboundWays < n {
+		sets *= 2
+	}
+	return &inboundCache{
+		seed:  maphash.Comparable(maphash.MakeSeed(), 0),
+		mask:  uint64(sets - 1),
+		slots: make([]atomic.Pointer[acceptedLine], sets*inboundWays),
+		seen:  make([]atomic.Uint64, sets*inboundWays),
+	}
+}
+
+// acceptedLine is one entry: immutable once stored.
+type acceptedLine struct {
+	h       uint64
+	members []lineMember // the line's, but its message id's, in the line's order
+	msgID   string       // the message id's value, "" when the line has none
+	extra   int          // growthBound of the line
+	bag     baggage.Baggage
+	rec     sessionstate.Record // of bag, reading sp (or Values of its own)
+	sp      sessionstate.Spans
+}
+
+// lineMember is one raw member of a line and its hash.
+type lineMember struct {
+	h uint64
+	s string
+}
+
+// lineKey is a line's members but its message id's, their hash, and the
+// message id's value: what the cache knows a line by.
+type lineKey struct {
+	line    string
+	msgID   string // "" when the line has none
+	hasID   bool
+	n       int // members in members
+	members [otelsession.MaxBaggageMembers]lineMember
+	h       uint64
+}
+
+var msgIDClass = &fieldKeys[otelsession.FieldMessageID-1]
+
+// keyOf fills k with line's key; line's raw scan found seen and wrote
+// written. It returns false when the line may not be served from the cache
+// nor make an entry: it carries a signature, its message id's value is not
+// plain or not within its limit, or it has more members than OpenTelemetry
+// parses.
+func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writtenMembers) bool {
+	if seen&sigBit != 0 {
+		return false
+	}
+	k.line, k.msgID, k.hasID, k.n, k.h = line, "", false, 0, 0
+	idStart := len(line) + 1 // no member holds it
+	if seen&msgIDClass.bit != 0 {
+		v, plain := plainValue(written.rest[msgIDClass.idx])
+		if !plain || v == "" || len(v) > msgIDClass.spec.MaxLen {
+			return false
+		}
+		k.msgID, k.hasID = v, true
+		idStart = int(uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(line))))
+	}
+	// The members' hashes are summed, so that the key does not depend on
+	// their order.
+	for start := 0; start <= len(line); {
+		end := strings.IndexByte(line[start:], ',')
+		if end < 0 {
+			end = len(line)
+		} else {
+			end += start
+		}
+		if idStart < start || idStart > end {
+			if k.n == len(k.members) {
+				return false
+			}
+			m := line[start:end]
+			h := memberHash(m, c.seed)
+			k.members[k.n] = lineMember{h, m}
+			k.n++
+			k.h += h
+		}
+		start = end + 1
+	}
+	k.h = fmix(k.h + uint64(k.n))
+	if k.hasID {
+		k.h = ^k.h
+	}
+	return true
+}
+
+func (c *inboundCache) set(h uint64) []atomic.Pointer[acceptedLine] {
+	i := (h & c.mask) * inboundWays
+	return c.slots[i : i+inboundWays : i+inboundWays]
+}
+
+// lookup returns the entry whose line has k's members, in any order, nil
+// when none.
+func (c *inboundCache) lookup(k *lineKey) *acceptedLine {
+	set := c.set(k.h)
+	for i := range set {
+		if a := set[i].Load(); a != nil && a.h == k.h && a.matches(k) {
+			return a
+		}
+	}
+	return nil
+}
+
+// matches reports whether k's members are a's, each once, in any order.
+// a's members are distinct (its line's parse kept them all), so each of
+// k's can be the same as one of them at most.
+func (a *acceptedLine) matches(k *lineKey) bool {
+	if len(a.members) != k.n || (a.msgID != "") != k.hasID {
+		return false
+	}
+	var used uint64 // len(a.members) <= 64
+	for _, m := range k.members[:k.n] {
+		j := 0
+		for ; j < len(a.members); j++ {
+			if am := &a.members[j]; am.h == m.h && used&(1<<j) == 0 && am.s == m.s {
+				break
+			}
+		}
+		if j == len(a.members) {
+			return false
+		}
+		used |= 1 << j
+	}
+	return true
+}
+
+// memberHash hashes a raw member for the cache's key, eight bytes at a
+// time, mixed with the cache's seed: the key need not tell every two lines
+// apart (an entry is compared whole before it serves a line), only spread
+// conversations over the sets and the notes of lines seen, and maphash of
+// each member took most of the key's time.
+func memberHash(m string, seed uint64) uint64 {
+	h := seed ^ uint64(len(m))*0x9E3779B97F4A7C15
+	p := unsafe.Pointer(unsafe.StringData(m))
+	i := 0
+	for ; i+8 <= len(m); i += 8 {
+		h = (h ^ *(*uint64)(unsafe.Add(p, i))) * 0xff51afd7ed558ccd
+		h ^= h >> 32
+	}
+	var t uint64
+	for ; i < len(m); i++ {
+		t = t<<8 | uint64(m[i])
+	}
+	return fmix(h ^ t)
+}
+
+// fmix is MurmurHash3's 64-bit finalizer: every bit of h moves every bit
+// of the result, the low ones the set index takes included.
+func fmix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// admit reports whether k's line may make an entry: its key was seen
+// before. A first sight is noted instead.
+func (c *inboundCache) admit(k *lineKey) bool {
+	slot := &c.seen[k.h>>7&uint64(len(c.seen)-1)]
+	if slot.Load() == k.h {
+		return true
+	}
+	slot.Store(k.h)
+	return false
+}
+
+// remember makes an entry of k's line, accepted into b (the baggage
+// OpenTelemetry parsed from it alone) with the record r, when its parse
+// provably kept every member and in any order would build the same
+// baggage (see above), and r can be kept apart from its context.
+func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.Record) {
+	n := k.n
+	if k.hasID {
+		n++
+	}
+	extra := growthBound(k.line)
+	if b.Len() != n || len(k.line)+extra > otelsession.MaxBaggageBytes || !c.admit(k) {
+		return
+	}
+	a := newAcceptedLine(k.n)
+	rec, ok := r.Detach(&a.sp)
+	if !ok {
+		return
+	}
+	a.h, a.msgID, a.extra, a.bag, a.rec = k.h, k.msgID, extra, b, rec
+	copy(a.members, k.members[:k.n])
+	set := c.set(k.h)
+	for i := range set {
+		if set[i].Load() == nil && set[i].CompareAndSwap(nil, a) {
+			return
+		}
+	}
+	set[c.next.Add(1)%inboundWays].Store(a)
+}
+
+// newAcceptedLine returns an entry with room for n members, allocated with
+// it: one allocation, in the size class of a full session (16 members).
+func newAcceptedLine(n int) *acceptedLine {
+	switch {
+	case n <= 8:
+		x := new(struct {
+			a acceptedLine
+			m [8]lineMember
+		})
+		x.a.members = x.m[:n]
+		return &x.a
+	case n <= 16:
+		x := new(struct {
+			a acceptedLine
+			m [16]lineMember
+		})
+		x.a.members = x.m[:n]
+		return &x.a
+	case n <= 32:
+		x := new(struct {
+			a acceptedLine
+			m [32]lineMember
+		})
+		x.a.members = x.m[:n]
+		return &x.a
+	}
+	x := new(struct {
+		a acceptedLine
+		m [otelsession.MaxBaggageMembers]lineMember
+	})
+	x.a.members = x.m[:n]
+	return &x.a
+}
+
+// fromCache is Inbound.Extract's step for a line the cache may serve (k):
+// it returns the context Extract returns and true, or false when the cache
+// holds no entry for the line, and Extract then takes its whole path.
+func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, k *lineKey, peer Peer) (context.Context, bool) {
+	a := p.cache.lookup(k)
+	if a == nil || len(k.line)+a.extra > otelsession.MaxBaggageBytes {
+		return nil, false
+	}
+	b, v := a.bag, k.msgID
+	if v != a.msgID {
+		m, err := baggage.NewMemberRaw(msgIDClass.spec.Key, v)
+		if err != nil {
+			return nil, false
+		}
+		if b, err = b.SetMember(m); err != nil {
+			return nil, false
+		}
+	}
+	if holdsSession(ctx) {
+		ctx = otelsession.Reset(ctx)
+	}
+	ctx = baggage.ContextWithBaggage(stockprop.ExtractExceptBaggage(ctx, prop, carrier), b)
+	if !p.trust(ctx, peer) {
+		p.n.untrusted.Add(1)
+		sessionmetrics.Inbound(peer.Transport, "untrusted", "")
+		return otelsession.Reset(ctx), true
+	}
+	p.n.accepted.Add(1)
+	p.n.cached.Add(1)
+	sessionmetrics.Inbound(peer.Transport, "accepted", "")
+	rc := &sessionstate.RecordContext{Context: ctx}
+	if v == "" {
+		rc.R = a.rec
+	} else {
+		rc.R = a.rec.With(b, int(otelsession.FieldMessageID)-1, v)
+	}
+	sessionstate.Recorded(b)
+	return rc, true
+}

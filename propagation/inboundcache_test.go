@@ -1,0 +1,330 @@
+package propagation_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
+	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
+)
+
+// trustNamed trusts the peers named "trusted" only, so that one policy sees
+// both outcomes.
+func trustNamed(_ context.Context, p propagation.Peer) bool { return p.Name == "trusted" }
+
+const testTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// extractLine extracts line as the one baggage entry of a carrier beside a
+// traceparent, through a MapCarrier or a single-valued http.Header.
+func extractLine(p *propagation.Inbound, base context.Context, line string, header, trusted bool) (context.Context, error) {
+	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	peer := propagation.Peer{Transport: "test", Name: "untrusted"}
+	if trusted {
+		peer.Name = "trusted"
+	}
+	var c otelprop.TextMapCarrier = otelprop.MapCarrier{"baggage": line, "traceparent": testTraceparent}
+	if header {
+		c = otelprop.HeaderCarrier(http.Header{"Baggage": {line}, "Traceparent": {testTraceparent}})
+	}
+	return p.Extract(base, prop, c, peer)
+}
+
+// outcome is everything a caller can observe of one extraction.
+type outcome struct {
+	err     string
+	members []string // the baggage's members, sorted
+	reads   map[otelsession.Field]fieldSeen
+	atop    bool
+	span    trace.SpanContext
+}
+
+func outcomeOf(ctx context.Context, err error) outcome {
+	o := outcome{reads: sessionSeen(ctx), span: trace.SpanContextFromContext(ctx)}
+	if err != nil {
+		o.err = err.Error()
+	}
+	b := baggage.FromContext(ctx)
+	for _, m := range b.Members() {
+		o.members = append(o.members, m.String())
+	}
+	slices.Sort(o.members)
+	o.atop = sessionstate.Atop(ctx, b)
+	return o
+}
+
+func (o outcome) equal(p outcome) bool {
+	return o.err == p.err && slices.Equal(o.members, p.members) && maps.Equal(o.reads, p.reads) &&
+		o.atop == p.atop && o.span.Equal(p.span)
+}
+
+// withMessageID returns line with the value of its message id member
+// replaced by v.
+func withMessageID(t testing.TB, line, v string) string {
+	return withValue(t, line, otelsession.KeyPrefix+"message_id", v)
+}
+
+// withValue returns line with the value of its member key replaced by v.
+func withValue(t testing.TB, line, key, v string) string {
+	t.Helper()
+	i := strings.Index(line, key+"=")
+	if i < 0 {
+		t.Fatalf("no %s in %q", key, line)
+	}
+	i += len(key) + 1
+	j := strings.IndexByte(line[i:], ',')
+	if j < 0 {
+		j = len(line) - i
+	}
+	return line[:i] + v + line[i+j:]
+}
+
+// FuzzInboundCache holds an extraction the cache of accepted sessions may
+// serve to the same extraction by a policy without the cache: a policy
+// accepts first twice (making an entry of it, when it may), then extracts
+// second, from a peer it trusts or not, into a context that holds a
+// session of its own or none; whatever the two lines, the context and
+// error it returns are the uncached policy's (the baggage's members, every
+// read, the record on top, the trace context) and so are its counts.
+func FuzzInboundCache(f *testing.F) {
+	full := sessionHeaderOf(fullTestSession)
+	for _, second := range []string{
+		full,
+		withMessageID(f, full, "88122"),
+		withMessageID(f, full, "1"),
+		withMessageID(f, full, "88122 "),
+		withMessageID(f, full, " 88122"),
+		withMessageID(f, full, ""),
+		withMessageID(f, full, "%41"),
+		withMessageID(f, full, "a b"),
+		withMessageID(f, full, "x;p=1"),
+		withMessageID(f, full, strings.Repeat("9", 300)),
+		withMessageID(f, full, "88122,session.message_id=3"),
+		withMessageID(f, full, "88122,session.cwd=/"),
+		withMessageID(f, full, "88122,session.sig=v1.k1.1.AAAA"),
+		withMessageID(f, full, "88122,app.x="+strings.Repeat("%FF", 2700)),
+		strings.Replace(withMessageID(f, full, "2"), "telegram", "slack", 1),
+		full + ",app.tenant=acme",
+		"session.chat_id=c,session.message_id=2",
+	} {
+		f.Add(full, second, true, true, false)
+		f.Add(full, second, false, false, true)
+	}
+	f.Add("session.chat_id=c", "session.chat_id=c", true, true, false)
+	// The same members in another order: the parser's last one wins.
+	f.Add("app.a=1,app.a=2,session.chat_id=c,session.message_id=1", "app.a=2,app.a=1,session.chat_id=c,session.message_id=2", true, false, false)
+	f.Add("app.a=1,app.a,session.chat_id=c,session.message_id=1", "app.a,app.a=1,session.chat_id=c,session.message_id=2", true, false, false)
+	f.Add("session.chat_id=c,session.message_id=1,app.a=1", "app.a=1,session.message_id=2,session.chat_id=c", true, true, false)
+	f.Add("session.chat_id=c,session.message_id=1", "session.chat_id=c,session.message_id=2", true, false, true)
+	f.Add("session.chat_id=c,session.message_id=1", "session.chat_id=c,session.message_id=1,session.message_id=1", true, true, false)
+	f.Add("session.chat_id=c,session.message_id=1", "session.chat_id=c,session.message_id=12", true, true, true)
+	f.Add("session.chat_id=c,session.message_id=1", "session.chat_id=c,session.message_id=", true, true, true)
+
+	bound := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "old", Cwd: "/old"})
+	f.Fuzz(func(t *testing.T, first, second string, trusted, header, sessionInBase bool) {
+		base := context.Background()
+		if sessionInBase {
+			base = bound
+		}
+		cached := propagation.NewInbound(trustNamed)
+		// Twice: a line makes an entry the second time it is accepted. A
+		// refused first line makes none; the second is compared all the
+		// same.
+		extractLine(cached, context.Background(), first, header, true)
+		extractLine(cached, context.Background(), first, header, true)
+		before := cached.Counts()
+		got := outcomeOf(extractLine(cached, base, second, header, trusted))
+		after := cached.Counts()
+
+		plain := propagation.NewInbound(trustNamed, propagation.WithCacheSize(0))
+		want := outcomeOf(extractLine(plain, base, second, header, trusted))
+		if !got.equal(want) {
+			t.Fatalf("after %q, the cached policy extracted %q as\n%+v\nwithout the cache:\n%+v", first, second, got, want)
+		}
+		counts := plain.Counts()
+		delta := propagation.Counts{Accepted: after.Accepted - before.Accepted, Untrusted: after.Untrusted - before.Untrusted,
+			Rejected: after.Rejected - before.Rejected}
+		if delta.Accepted != counts.Accepted || delta.Untrusted != counts.Untrusted || delta.Rejected != counts.Rejected {
+			t.Fatalf("counts %+v with the cache, %+v without", delta, counts)
+		}
+	})
+}
+
+// TestInboundCacheServesTheNextMessage walks through what the cache serves
+// and what it does not: the next message of a conversation (a new message
+// id) is served, and the same line from a peer the policy does not trust
+// is stripped as ever; a line that differs anywhere else, carries a
+// signature, had a display value cut, or was refused or stripped, is not.
+func TestInboundCacheServesTheNextMessage(t *testing.T) {
+	full := sessionHeaderOf(fullTestSession)
+	p := propagation.NewInbound(trustNamed)
+	cachedAfter := func(line string, trusted bool) uint64 {
+		t.Helper()
+		ctx, err := extractLine(p, context.Background(), line, false, trusted)
+		if err != nil {
+			t.Fatalf("extract %q: %v", line, err)
+		}
+		if v, _ := otelsession.Lookup(ctx, otelsession.FieldMessageID); trusted && !strings.Contains(line, "message_id="+v) {
+			t.Fatalf("message id read as %q from %q", v, line)
+		}
+		return p.Counts().Cached
+	}
+	// The first message is noted, the second makes the entry.
+	for _, id := range []string{"88121", "88122"} {
+		if n := cachedAfter(withMessageID(t, full, id), true); n != 0 {
+			t.Fatalf("message %s was served from the cache (%d)", id, n)
+		}
+	}
+	for i := range 5 {
+		if n := cachedAfter(withMessageID(t, full, fmt.Sprint(90000+i)), true); n != uint64(i+1) {
+			t.Fatalf("message %d: %d served from the cache, want %d", i, n, i+1)
+		}
+	}
+	// The same line from an untrusted peer: stripped, not counted as cached.
+	ctx, err := extractLine(p, context.Background(), withMessageID(t, full, "7"), false, false)
+	if err != nil || propagation.HasSession(baggage.FromContext(ctx)) {
+		t.Fatalf("an untrusted peer's line kept its session (err %v)", err)
+	}
+	if c := p.Counts(); c.Cached != 5 || c.Untrusted != 1 || c.Accepted != 7 {
+		t.Fatalf("counts %+v", c)
+	}
+	// Other lines: another scope is a conversation of its own, served from
+	// its third message on; a line whose display value the policy cuts
+	// makes no entry.
+	for _, c := range []struct {
+		line   string
+		served uint64
+	}{
+		{strings.Replace(full, "guild-7", "guild-8", 1), 1},
+		{strings.Replace(full, "guild-7", "guild-8", 1) + ",app.x=1", 1},
+		{withValue(t, full, otelsession.KeyPrefix+"chat_name", strings.Repeat("n", 3000)), 0},
+	} {
+		before, truncated := p.Counts().Cached, p.Counts().Truncated
+		for _, id := range []string{"1", "2", "3"} {
+			if _, err := extractLine(p, context.Background(), withMessageID(t, c.line, id), false, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := p.Counts().Cached - before; n != c.served {
+			t.Fatalf("%.60q…: %d of its three messages served from the cache, want %d", c.line, n, c.served)
+		}
+		if cut := p.Counts().Truncated - truncated; (c.served == 0) != (cut == 3) {
+			t.Fatalf("%.60q…: %d display values cut", c.line, cut)
+		}
+	}
+	// Lines from an untrusted peer are neither noted nor make an entry.
+	other := strings.Replace(full, "guild-7", "guild-9", 1)
+	before := p.Counts().Cached
+	extractLine(p, context.Background(), other, false, false)
+	extractLine(p, context.Background(), withMessageID(t, other, "2"), false, false)
+	extractLine(p, context.Background(), withMessageID(t, other, "3"), false, true)
+	if n := p.Counts().Cached - before; n != 0 {
+		t.Fatalf("a line an untrusted peer sent first made an entry (%d served)", n)
+	}
+}
+
+// TestInboundCacheConversationsKeepTheirSessions extracts the messages of
+// many conversations at once through one policy whose cache is smaller
+// than the conversations: every context holds its own message's session,
+// whichever entry served it (run with -race).
+func TestInboundCacheConversationsKeepTheirSessions(t *testing.T) {
+	p := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(8))
+	const convs, msgs = 64, 40
+	lines := make([]string, convs)
+	for c := range lines {
+		s := fullTestSession
+		s.ChatID = fmt.Sprintf("chat-%d", c)
+		lines[c] = sessionHeaderOf(s)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, convs)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range convs * msgs / 4 {
+				c := (i*7 + w*13) % convs
+				id := fmt.Sprintf("%d-%d-%d", c, w, i)
+				ctx, err := extractLine(p, context.Background(), withMessageID(t, lines[c], id), i%2 == 0, true)
+				if err != nil {
+					errs <- err
+					return
+				}
+				chat, _ := otelsession.Lookup(ctx, otelsession.FieldChatID)
+				msg, _ := otelsession.Lookup(ctx, otelsession.FieldMessageID)
+				member := baggage.FromContext(ctx).Member(otelsession.KeyPrefix + "message_id").Value()
+				if chat != fmt.Sprintf("chat-%d", c) || msg != id || member != id {
+					errs <- fmt.Errorf("conversation %d, message %s: read chat %q, message %q (member %q)", c, id, chat, msg, member)
+					return
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c := p.Counts(); c.Cached == 0 || c.Accepted != convs*msgs {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// TestInboundCacheKeepsOpenTelemetrysLimits puts the message id's new value
+// where it takes OpenTelemetry's parse past its byte limit: a line whose
+// last member, the application's, holds bytes the parse encodes again
+// longer (%FF becomes %EF%BF%BD), sized so that the parse of the first
+// line keeps that member and the parse of the next message, one byte
+// longer, drops it. The cached policy must drop it too, as the uncached
+// one does.
+func TestInboundCacheKeepsOpenTelemetrysLimits(t *testing.T) {
+	full := sessionHeaderOf(fullTestSession)
+	const id = "88121"
+	if !strings.Contains(full, "message_id="+id) {
+		t.Fatalf("no message id %s in %q", id, full)
+	}
+	grown := strings.Repeat("%FF", 800)
+	kept := func(line string) bool {
+		b, _ := baggage.Parse(line)
+		return b.Member("app.x").Key() != ""
+	}
+	first := ""
+	for pad := range 2000 {
+		line := full + ",app.x=" + grown + strings.Repeat("a", pad)
+		if kept(line) && !kept(withMessageID(t, line, id+"0")) {
+			first = line
+			break
+		}
+	}
+	if first == "" {
+		t.Fatal("found no line at OpenTelemetry's limit")
+	}
+	if len(first) > otelsession.MaxBaggageBytes {
+		t.Fatalf("the line is %d bytes, over the raw limit", len(first))
+	}
+	next := withMessageID(t, first, id+"0")
+	cached := propagation.NewInbound(propagation.TrustAll)
+	for range 2 { // the second makes the entry
+		if _, err := extractLine(cached, context.Background(), first, false, true); err != nil {
+			t.Fatalf("the first line was refused: %v", err)
+		}
+	}
+	got := outcomeOf(extractLine(cached, context.Background(), next, false, true))
+	want := outcomeOf(extractLine(propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(0)), context.Background(), next, false, true))
+	if !got.equal(want) {
+		t.Fatalf("next message with the cache:\n%+v\nwithout:\n%+v", got, want)
+	}
+	if slices.ContainsFunc(got.members, func(m string) bool { return strings.HasPrefix(m, "app.x=") }) {
+		t.Fatal("the member OpenTelemetry's parse drops is kept")
+	}
+}
