@@ -270,10 +270,10 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	var key *lineKey
 	if written != nil && err == nil && seen != 0 && p.cache != nil {
 		key = new(lineKey)
-		if !p.cache.keyOf(key, raw[0], seen, written) {
+		if !p.cache.keyOf(key, raw[0], seen, written, p.verifier != nil && peer.MessageID != "") {
 			key = nil
-		} else if c, ok := p.fromCache(ctx, prop, extractFrom, key, peer); ok {
-			return c, nil
+		} else if c, ok, err := p.fromCache(ctx, prop, extractFrom, key, peer); ok {
+			return c, err
 		}
 	}
 	ctx = resetAndExtract(ctx, prop, extractFrom)
@@ -293,22 +293,9 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	if !in.present {
 		return ctx, nil
 	}
-	if in.hasSig {
-		if err := p.judgeSignature(&in, peer); err != nil {
-			p.countSignature(err, peer.Transport)
-			reportOnce(err)
-			return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: %s: %w", peer.Transport, otelsession.SignatureKey, err)
-		}
+	if ctx, ok, err := p.decide(ctx, &in, peer); !ok {
+		return ctx, err
 	}
-	if in.hasSig && p.verifier != nil {
-		p.n.signed.Add(1)
-	} else if !p.trust(ctx, peer) {
-		p.n.untrusted.Add(1)
-		sessionmetrics.Inbound(peer.Transport, "untrusted", "")
-		return otelsession.Reset(ctx), nil
-	}
-	p.n.accepted.Add(1)
-	sessionmetrics.Inbound(peer.Transport, "accepted", "")
 	if in.hasSig && peer.MessageID != "" {
 		ctx = withoutSignature(ctx)
 	}
@@ -321,10 +308,35 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		line = raw[0] // the check read the session's values from it
 	}
 	rc := in.withRecord(ctx, line)
-	if key != nil && !in.hasSig && len(in.display) == 0 {
-		p.cache.remember(key, rc.R.B, &rc.R)
+	if key != nil && len(in.display) == 0 {
+		p.cache.remember(key, rc.R.B, &rc.R, &in.vals)
 	}
 	return rc, nil
+}
+
+// decide judges a well-formed session in ctx, which the check read into
+// in: its signature, then, unless the signature verified, the peer. It
+// counts the outcome and returns ctx and true when the session is
+// accepted, or what Extract returns and false: the context with the
+// session Reset, and the error of a failed signature.
+func (p *Inbound) decide(ctx context.Context, in *inboundSession, peer Peer) (context.Context, bool, error) {
+	if in.hasSig {
+		if err := p.judgeSignature(in, peer); err != nil {
+			p.countSignature(err, peer.Transport)
+			reportOnce(err)
+			return otelsession.Reset(ctx), false, fmt.Errorf("extract session from %s: %s: %w", peer.Transport, otelsession.SignatureKey, err)
+		}
+	}
+	if in.hasSig && p.verifier != nil {
+		p.n.signed.Add(1)
+	} else if !p.trust(ctx, peer) {
+		p.n.untrusted.Add(1)
+		sessionmetrics.Inbound(peer.Transport, "untrusted", "")
+		return otelsession.Reset(ctx), false, nil
+	}
+	p.n.accepted.Add(1)
+	sessionmetrics.Inbound(peer.Transport, "accepted", "")
+	return ctx, true, nil
 }
 
 // withRecord returns ctx holding the record of what its baggage, an

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
-	"github.com/sessionwire/sessionwire/internal/sessionmetrics"
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
@@ -27,15 +26,21 @@ import (
 //
 // An entry is a line the policy accepted whole: one line that
 // OpenTelemetry's W3C propagator alone parsed (the check's fast path, see
-// Inbound.Extract), from a peer it trusted, no signature (a signature
-// changes with every message and is verified on every message), no display
-// value cut. It holds the line's members, the baggage OpenTelemetry parsed
-// from it and the record of its values. A later line is served from it
-// when its members are the entry's, byte for byte, in any order (a sender's
-// W3C propagator writes a baggage's members in the order of Go's map
-// iteration, which differs from one message to the next), but for the
-// message id's value, and that value is plain (printable ASCII with
-// nothing to decode, no properties) and within its length limit.
+// Inbound.Extract), no display value cut, from a peer it trusted or with a
+// signature that verified. A signed line makes an entry only where the
+// policy verifies signatures and the message has an id of its own (a NATS
+// message: the gateway's workers), so that the peer is not consulted and
+// the signature, bound to its message, is removed once it verified. The
+// entry holds the line's members, the baggage OpenTelemetry parsed from it
+// (without the signature) and the record of its values. A later line is
+// served from it when its members are the entry's, byte for byte, in any
+// order (a sender's W3C propagator writes a baggage's members in the order
+// of Go's map iteration, which differs from one message to the next), but
+// for the message id's value and the signature's, and those are plain
+// (printable ASCII with nothing to decode, no properties) and the message
+// id within its length limit. The new signature is verified over the
+// entry's values and the new message id, as the check would have read
+// them from the line.
 // OpenTelemetry's parse of the new line would then build the entry's
 // members and that one value, which is what SetMember of the new value
 // into the entry's baggage builds: the entry is made only of a line whose
@@ -47,9 +52,9 @@ import (
 // extraction to the uncached one for any pair of lines.
 //
 // The scan for repeated, forbidden and local keys runs on every line (it
-// finds the message id), the peer is judged on every line, and the counts
-// and metrics are the same; only the parse and the check of the values the
-// entry's line already passed are skipped. A line the policy refused, or
+// finds the message id), the signature or the peer is judged on every
+// line, and the counts and metrics are the same; only the parse and the
+// check of the values the entry's line already passed are skipped. A line the policy refused, or
 // from a peer it did not trust, never makes an entry, so an untrusted
 // sender cannot fill the cache; nor does a line seen once (admit): an entry
 // is made on a conversation's second message, served from its third. An
@@ -74,9 +79,10 @@ const inboundWays = 4
 // alone (and in the order of its members): from the conversation's third
 // message, the policy builds the baggage from the last one with
 // OpenTelemetry's SetMember instead of parsing and checking the line again,
-// and returns the same context it would have built (the peer is still
-// judged on every message). Only sessions accepted whole from a trusted
-// peer without a signature are kept. The default, 256, holds the active
+// and returns the same context it would have built (the signature or the
+// peer is still judged on every message). Only sessions accepted whole are
+// kept; signed ones only where the policy verifies signatures and the
+// message has an id of its own (Peer.MessageID). The default, 256, holds the active
 // conversations of a busy consumer in about 1 MiB (3 MiB at worst);
 // [Counts].Cached says how many sessions it served.
 func WithCacheSize(n int) InboundOption {
@@ -115,8 +121,10 @@ func newInboundCache(n int) *inboundCache {
 // acceptedLine is one entry: immutable once stored.
 type acceptedLine struct {
 	h       uint64
-	members []lineMember // the line's, but its message id's, in the line's order
+	members []lineMember // the line's, but its message id's and signature's, in the line's order
 	msgID   string       // the message id's value, "" when the line has none
+	signed  bool         // the line has a signature
+	vals    signedValues // the session's values, as a signature covers them
 	extra   int          // growthBound of the line
 	bag     baggage.Baggage
 	rec     sessionstate.Record // of bag, reading sp (or Values of its own)
@@ -135,6 +143,8 @@ type lineKey struct {
 	line    string
 	msgID   string // "" when the line has none
 	hasID   bool
+	sig     string // the signature's value, "" when the line has none
+	signed  bool
 	n       int // members in members
 	members [otelsession.MaxBaggageMembers]lineMember
 	h       uint64
@@ -144,22 +154,33 @@ var msgIDClass = &fieldKeys[otelsession.FieldMessageID-1]
 
 // keyOf fills k with line's key; line's raw scan found seen and wrote
 // written. It returns false when the line may not be served from the cache
-// nor make an entry: it carries a signature, its message id's value is not
-// plain or not within its limit, or it has more members than OpenTelemetry
-// parses.
-func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writtenMembers) bool {
-	if seen&sigBit != 0 {
-		return false
+// nor make an entry: its message id's or signature's value is not plain,
+// the message id is not within its limit, it has more members than
+// OpenTelemetry parses, or it carries a signature and signed is false.
+// signed is whether the policy verifies signatures (so that a signed
+// session's peer is not consulted) and the message has an id of its own
+// (so that an accepted session's signature is removed): a signed line's
+// entry then holds what each message of the conversation is accepted into
+// once its own signature verified, over its own message id.
+func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writtenMembers, signed bool) bool {
+	k.line, k.msgID, k.hasID, k.sig, k.signed, k.n, k.h = line, "", false, "", false, 0, 0
+	idStart, sigStart := len(line)+1, len(line)+1 // no member holds them
+	offset := func(v string) int {
+		return int(uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(line))))
 	}
-	k.line, k.msgID, k.hasID, k.n, k.h = line, "", false, 0, 0
-	idStart := len(line) + 1 // no member holds it
+	if seen&sigBit != 0 {
+		v, plain := plainValue(written.rest[sigIdx])
+		if !signed || !plain || v == "" {
+			return false
+		}
+		k.sig, k.signed, sigStart = v, true, offset(v)
+	}
 	if seen&msgIDClass.bit != 0 {
 		v, plain := plainValue(written.rest[msgIDClass.idx])
 		if !plain || v == "" || len(v) > msgIDClass.spec.MaxLen {
 			return false
 		}
-		k.msgID, k.hasID = v, true
-		idStart = int(uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(line))))
+		k.msgID, k.hasID, idStart = v, true, offset(v)
 	}
 	// The members' hashes are summed, so that the key does not depend on
 	// their order.
@@ -170,7 +191,7 @@ func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writ
 		} else {
 			end += start
 		}
-		if idStart < start || idStart > end {
+		if (idStart < start || idStart > end) && (sigStart < start || sigStart > end) {
 			if k.n == len(k.members) {
 				return false
 			}
@@ -182,10 +203,13 @@ func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writ
 		}
 		start = end + 1
 	}
-	k.h = fmix(k.h + uint64(k.n))
 	if k.hasID {
-		k.h = ^k.h
+		k.h += 0x9E3779B97F4A7C15
 	}
+	if k.signed {
+		k.h += 0xBF58476D1CE4E5B9
+	}
+	k.h = fmix(k.h + uint64(k.n))
 	return true
 }
 
@@ -210,7 +234,7 @@ func (c *inboundCache) lookup(k *lineKey) *acceptedLine {
 // a's members are distinct (its line's parse kept them all), so each of
 // k's can be the same as one of them at most.
 func (a *acceptedLine) matches(k *lineKey) bool {
-	if len(a.members) != k.n || (a.msgID != "") != k.hasID {
+	if len(a.members) != k.n || (a.msgID != "") != k.hasID || a.signed != k.signed {
 		return false
 	}
 	var used uint64 // len(a.members) <= 64
@@ -271,14 +295,17 @@ func (c *inboundCache) admit(k *lineKey) bool {
 }
 
 // remember makes an entry of k's line, accepted into b (the baggage
-// OpenTelemetry parsed from it alone) with the record r, when its parse
-// provably kept every member and in any order would build the same
-// baggage (see above), and r can be kept apart from its context.
-func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.Record) {
+// OpenTelemetry parsed from it alone, its signature removed) with the
+// record r and the values vals, when its parse provably kept every member
+// and in any order would build the same baggage (see above), and r can be
+// kept apart from its context.
+func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.Record, vals *signedValues) {
 	n := k.n
 	if k.hasID {
 		n++
 	}
+	// A signed line's session was accepted into b without its signature
+	// (keyOf), so that b holds the members of k but for it.
 	extra := growthBound(k.line)
 	if b.Len() != n || len(k.line)+extra > otelsession.MaxBaggageBytes || !c.admit(k) {
 		return
@@ -288,7 +315,7 @@ func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.R
 	if !ok {
 		return
 	}
-	a.h, a.msgID, a.extra, a.bag, a.rec = k.h, k.msgID, extra, b, rec
+	a.h, a.msgID, a.signed, a.vals, a.extra, a.bag, a.rec = k.h, k.msgID, k.signed, *vals, extra, b, rec
 	copy(a.members, k.members[:k.n])
 	set := c.set(k.h)
 	for i := range set {
@@ -333,36 +360,43 @@ func newAcceptedLine(n int) *acceptedLine {
 	return &x.a
 }
 
-// fromCache is Inbound.Extract's step for a line the cache may serve (k):
-// it returns the context Extract returns and true, or false when the cache
-// holds no entry for the line, and Extract then takes its whole path.
-func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, k *lineKey, peer Peer) (context.Context, bool) {
+// fromCache is Inbound.Extract's step for a line the cache may serve (k).
+// When the cache holds an entry for the line, it returns true and what
+// Extract returns; otherwise false, and Extract takes its whole path.
+func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, k *lineKey, peer Peer) (context.Context, bool, error) {
 	a := p.cache.lookup(k)
 	if a == nil || len(k.line)+a.extra > otelsession.MaxBaggageBytes {
-		return nil, false
+		return nil, false, nil
 	}
 	b, v := a.bag, k.msgID
 	if v != a.msgID {
 		m, err := baggage.NewMemberRaw(msgIDClass.spec.Key, v)
 		if err != nil {
-			return nil, false
+			return nil, false, nil
 		}
 		if b, err = b.SetMember(m); err != nil {
-			return nil, false
+			return nil, false, nil
 		}
 	}
 	if holdsSession(ctx) {
 		ctx = otelsession.Reset(ctx)
 	}
 	ctx = baggage.ContextWithBaggage(stockprop.ExtractExceptBaggage(ctx, prop, carrier), b)
-	if !p.trust(ctx, peer) {
-		p.n.untrusted.Add(1)
-		sessionmetrics.Inbound(peer.Transport, "untrusted", "")
-		return otelsession.Reset(ctx), true
+	// What the check reads of the line: the entry's values, the new
+	// message id, the new signature. A signed line's context holds no
+	// signature: the peer, which might look at it, is not consulted for a
+	// session whose signature is verified, and one that verifies is
+	// removed before the context is handed on; a session refused or
+	// stripped loses it with the rest (Reset).
+	in := inboundSession{present: true, hasSig: k.signed, sig: k.sig, vals: a.vals}
+	if pos := signedPos[otelsession.FieldMessageID-1]; k.hasID {
+		in.vals[pos].v, in.vals[pos].ok = v, true
 	}
-	p.n.accepted.Add(1)
+	ctx, ok, err := p.decide(ctx, &in, peer)
+	if !ok {
+		return ctx, true, err
+	}
 	p.n.cached.Add(1)
-	sessionmetrics.Inbound(peer.Transport, "accepted", "")
 	rc := &sessionstate.RecordContext{Context: ctx}
 	if v == "" {
 		rc.R = a.rec
@@ -370,5 +404,5 @@ func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator
 		rc.R = a.rec.With(b, int(otelsession.FieldMessageID)-1, v)
 	}
 	sessionstate.Recorded(b)
-	return rc, true
+	return rc, true, nil
 }

@@ -29,7 +29,7 @@ func TestInboundCacheMatchesMembersExactly(t *testing.T) {
 			t.Fatalf("%q: %v", line, err)
 		}
 		k := new(lineKey)
-		if !c.keyOf(k, line, seen, w) {
+		if !c.keyOf(k, line, seen, w, false) {
 			t.Fatalf("%q may not be cached", line)
 		}
 		k.h = 42
@@ -41,11 +41,11 @@ func TestInboundCacheMatchesMembersExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := sessionstate.Record{B: b}
-	c.remember(keyOf(line), b, &r) // seen once: noted
+	c.remember(keyOf(line), b, &r, new(signedValues)) // seen once: noted
 	if c.lookup(keyOf(line)) != nil {
 		t.Fatal("a line seen once made an entry")
 	}
-	c.remember(keyOf(line), b, &r)
+	c.remember(keyOf(line), b, &r, new(signedValues))
 	for _, served := range []string{
 		line,
 		"app.a=1,session.chat_id=c,session.message_id=1234,app.b=2",

@@ -328,3 +328,78 @@ func TestInboundCacheKeepsOpenTelemetrysLimits(t *testing.T) {
 		t.Fatal("the member OpenTelemetry's parse drops is kept")
 	}
 }
+
+// TestInboundCacheSignedSessions runs a conversation's signed messages, as
+// the gateway's workers receive them (a NATS message id each, a policy that
+// trusts no peer and verifies signatures), through a policy with the cache
+// and one without: from the third message on the cache serves them, and
+// whatever a message carries (its own signature, one made for another
+// message, a changed message id, a replay) both policies return the same.
+func TestInboundCacheSignedSessions(t *testing.T) {
+	key := testKey("k1")
+	signer := mustSigner(t, key, signTime)
+	newPolicy := func(opts ...propagation.InboundOption) *propagation.Inbound {
+		return propagation.NewInbound(propagation.TrustNone, append(opts, propagation.WithVerifier(mustVerifier(t, signTime, key)))...)
+	}
+	cached, plain := newPolicy(), newPolicy(propagation.WithCacheSize(0))
+	type message struct {
+		line, natsID string
+	}
+	signed := func(id, natsID string) message {
+		s := fullTestSession
+		s.MessageID = id
+		ctx, err := signer.SignFor(otelsession.Bind(context.Background(), s), natsID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return message{headerLines(ctx)[0], natsID}
+	}
+	extract := func(p *propagation.Inbound, m message) outcome {
+		prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+		c := otelprop.MapCarrier{"baggage": m.line, "traceparent": testTraceparent}
+		return outcomeOf(p.Extract(context.Background(), prop, c, propagation.Peer{Transport: "nats", Name: "jobs", MessageID: m.natsID}))
+	}
+	check := func(name string, m message, accepted bool) {
+		t.Helper()
+		got, want := extract(cached, m), extract(plain, m)
+		if !got.equal(want) {
+			t.Fatalf("%s: with the cache\n%+v\nwithout:\n%+v", name, got, want)
+		}
+		if (want.err == "" && want.atop) != accepted {
+			t.Fatalf("%s: accepted %v (error %q), want %v", name, !accepted, want.err, accepted)
+		}
+	}
+	var msgs []message
+	for i := range 8 {
+		msgs = append(msgs, signed(fmt.Sprint(9000+i), fmt.Sprint("nats-", i)))
+	}
+	for i, m := range msgs[:6] {
+		check(fmt.Sprint("message ", i), m, true)
+	}
+	if c := cached.Counts(); c.Cached != 4 || c.Signed != 6 || c.Accepted != 6 {
+		t.Fatalf("counts with the cache: %+v", c)
+	}
+	// A signature made for another message id than the one in the line.
+	check("a message id changed after signing", message{withMessageID(t, msgs[6].line, "9999"), msgs[6].natsID}, false)
+	// A signature bound to another NATS message.
+	check("a signature moved onto another message", message{msgs[7].line, "nats-other"}, false)
+	// A signature that is not one.
+	check("a signature replaced", message{withValue(t, msgs[7].line, otelsession.SignatureKey, "v1.k1.1.AAAA"), msgs[7].natsID}, false)
+	// The same message again (a redelivery).
+	check("a redelivered message", msgs[3], true)
+	if c, p := cached.Counts(), plain.Counts(); c.BadSignature != p.BadSignature || c.BadSignature != 3 || c.Accepted != p.Accepted {
+		t.Fatalf("counts with the cache %+v, without %+v", c, p)
+	}
+
+	// Without a verifier the peer is judged, with the context the policy
+	// extracted, signature included: a policy that trusts a peer by what
+	// the baggage holds sees the same context with the cache.
+	bySignature := func(ctx context.Context, _ propagation.Peer) bool {
+		return baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != ""
+	}
+	cached = propagation.NewInbound(bySignature)
+	plain = propagation.NewInbound(bySignature, propagation.WithCacheSize(0))
+	for i, m := range msgs[:6] {
+		check(fmt.Sprint("without a verifier, message ", i), m, true)
+	}
+}
