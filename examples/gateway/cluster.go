@@ -318,6 +318,10 @@ func runAll(ctx context.Context, c config) error {
 		fmt.Fprintf(os.Stderr, "bind cache (this process): %d of %d binds served from it (%.0f%%), %d sessions held (capacity %d)\n",
 			bc.Hits, bc.Hits+bc.Misses, 100*float64(bc.Hits)/float64(bc.Hits+bc.Misses), bc.Entries, bc.Capacity)
 	}
+	if accepted, cached := workerInboundCounts(); !c.asJSON && accepted > 0 {
+		fmt.Fprintf(os.Stderr, "inbound cache (this process's workers): %d of %d signed job sessions accepted served from it (%.0f%%)\n",
+			cached, accepted, 100*float64(cached)/float64(accepted))
+	}
 	if !c.asJSON && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		defer fmt.Printf("\nspans by service / name (OTEL_EXPORTER_OTLP_ENDPOINT sends them to a collector instead):\n%s\n", t.traces)
 	}

@@ -74,13 +74,18 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	// The downstream service, and only it, receives the session, signed.
 	httpEdge := httpsession.NewClientEdge(httpsession.WithPropagator(propagatorFor(cfg.store)), httpsession.WithOutbound(
 		propagation.NewOutbound(propagation.AllowURLs(propagation.Egress{Hosts: []string{down.Host}}), propagation.WithSigner(cfg.out.Signer()))))
+	// No publisher is trusted as such: a job's session is accepted only
+	// with the gateway's signature for that job's message id. From a
+	// conversation's third job on, the policy's cache of accepted sessions
+	// serves it (propagation.WithCacheSize), its signature verified still.
+	inbound := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(cfg.verifier))
+	workerInbounds.Lock()
+	workerInbounds.p = append(workerInbounds.p, inbound)
+	workerInbounds.Unlock()
 	return &worker{
 		cfg: cfg, js: js, grpc: grpcDown,
-		pub: natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
-		// No publisher is trusted as such: a job's session is accepted only
-		// with the gateway's signature for that job's message id.
-		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(cfg.verifier)),
-			natssession.WithTracerProvider(tp), prop),
+		pub:    natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
+		cons:   natssession.NewConsumer(inbound, natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: httpEdge.Transport(otelhttp.NewTransport(http.DefaultTransport,
 			// The policy runs inside otelhttp's injection: one request copy,
@@ -88,6 +93,26 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(httpEdge.Propagator())))},
 		exec: execsession.Config{Propagator: propagatorFor(cfg.store)},
 	}, nil
+}
+
+// workerInbounds holds the inbound policies of this process's workers, for
+// the run's summary of their cache (workerInboundCounts).
+var workerInbounds struct {
+	sync.Mutex
+	p []*propagation.Inbound
+}
+
+// workerInboundCounts sums what this process's workers' inbound policies
+// accepted, and how many of those sessions their caches served.
+func workerInboundCounts() (accepted, cached uint64) {
+	workerInbounds.Lock()
+	defer workerInbounds.Unlock()
+	for _, p := range workerInbounds.p {
+		c := p.Counts()
+		accepted += c.Accepted
+		cached += c.Cached
+	}
+	return accepted, cached
 }
 
 // run consumes jobs and background work until ctx ends. It calls ready
