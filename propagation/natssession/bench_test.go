@@ -165,18 +165,19 @@ func BenchmarkExtract(b *testing.B) {
 	// one conversation, each published on its own (its members in another
 	// order each time, its own message id: each served from the entry of
 	// the one before). The raw path consumes the same messages in turn.
-	inTurn := func(n int, vary func(i int) conversation) func(*testing.B, bool) {
+	inTurn := func(n int, out *propagation.Outbound, policy func() *propagation.Inbound, vary func(i int) conversation) func(*testing.B, bool) {
 		msgs := make([]*nats.Msg, n)
 		chats := make([]string, len(msgs))
-		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(toQueue))
+		pub := natssession.NewPublisher(natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()), natssession.WithOutbound(out))
 		for i := range msgs {
 			c := vary(i)
 			msgs[i], chats[i] = benchMsg(), c.s.ChatID
+			msgs[i].Header.Set(jetstream.MsgIDHeader, fmt.Sprint("m-", i)) // a signature is bound to it
 			_, span := pub.Inject(c.bind(context.Background()), msgs[i])
 			span.End()
 		}
 		return func(b *testing.B, withPolicy bool) {
-			sub := natssession.NewConsumer(propagation.NewInbound(propagation.TrustAll), natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
+			sub := natssession.NewConsumer(policy(), natssession.WithPropagator(w3c), natssession.WithTracerProvider(tracenoop.NewTracerProvider()))
 			defer benchcpu.Time(b)()
 			b.ReportAllocs()
 			i := 0
@@ -208,18 +209,27 @@ func BenchmarkExtract(b *testing.B) {
 			}
 		}
 	}
-	firstSeen := inTurn(4096, func(i int) conversation { return conversationFor(1 + 6*i) })
-	nextMessage := inTurn(1024, func(i int) conversation {
+	trustAll := func() *propagation.Inbound { return propagation.NewInbound(propagation.TrustAll) }
+	signs := propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(s))
+	firstSeen := inTurn(4096, toQueue, trustAll, func(i int) conversation { return conversationFor(1 + 6*i) })
+	next := func(i int) conversation {
 		c := conversationFor(1)
 		c.s.MessageID = fmt.Sprint("msg-1-", i)
 		return c
-	})
+	}
+	nextMessage := inTurn(1024, toQueue, trustAll, next)
+	// As the gateway's workers receive their jobs: each message signed for
+	// its own Nats-Msg-Id, a policy that trusts no subject and verifies.
+	nextSigned := inTurn(1024, signs, func() *propagation.Inbound { return verifying(b) }, next)
 	b.Run("Consumer.Extract_first_seen/path=raw", func(b *testing.B) { firstSeen(b, false) })
 	b.Run("Consumer.Extract_first_seen/path=session", func(b *testing.B) { firstSeen(b, true) })
 	b.Run("Consumer.Extract_next_message/path=raw", func(b *testing.B) { nextMessage(b, false) })
 	b.Run("Consumer.Extract_next_message/path=session", func(b *testing.B) { nextMessage(b, true) })
+	b.Run("Consumer.Extract_verified_next_message/path=raw", func(b *testing.B) { nextSigned(b, false) })
+	b.Run("Consumer.Extract_verified_next_message/path=session", func(b *testing.B) { nextSigned(b, true) })
 	b.Run("Consumer.Extract_verified/path=raw", raw(signedH))
-	b.Run("Consumer.Extract_verified/path=session", session(verifying(b), signedH))
+	// The same signed message again and again, without the policy's cache.
+	b.Run("Consumer.Extract_verified/path=session", session(verifying(b, propagation.WithCacheSize(0)), signedH))
 
 	// The inbound policy alone from a MapCarrier (one baggage string, the
 	// propagator's single-header path), beside the stock extraction.

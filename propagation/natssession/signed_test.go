@@ -37,13 +37,13 @@ func signer(t testing.TB, k propagation.Key) *propagation.Signer {
 
 // verifying is a consumer policy that trusts no subject and accepts signed
 // sessions made with gatewayKey.
-func verifying(t testing.TB) *propagation.Inbound {
+func verifying(t testing.TB, opts ...propagation.InboundOption) *propagation.Inbound {
 	t.Helper()
 	v, err := propagation.NewVerifier([]propagation.Key{gatewayKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(v))
+	return propagation.NewInbound(propagation.TrustNone, append(opts, propagation.WithVerifier(v))...)
 }
 
 // Signed sessions over JetStream, to workers that trust no subject: every
