@@ -331,32 +331,23 @@ func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.R
 func newAcceptedLine(n int) *acceptedLine {
 	switch {
 	case n <= 8:
-		x := new(struct {
-			a acceptedLine
-			m [8]lineMember
-		})
-		x.a.members = x.m[:n]
-		return &x.a
+		return withRoom(n, func(m *[8]lineMember) []lineMember { return m[:] })
 	case n <= 16:
-		x := new(struct {
-			a acceptedLine
-			m [16]lineMember
-		})
-		x.a.members = x.m[:n]
-		return &x.a
+		return withRoom(n, func(m *[16]lineMember) []lineMember { return m[:] })
 	case n <= 32:
-		x := new(struct {
-			a acceptedLine
-			m [32]lineMember
-		})
-		x.a.members = x.m[:n]
-		return &x.a
+		return withRoom(n, func(m *[32]lineMember) []lineMember { return m[:] })
 	}
+	return withRoom(n, func(m *[otelsession.MaxBaggageMembers]lineMember) []lineMember { return m[:] })
+}
+
+// withRoom allocates an entry and M, an array of members, together, and
+// gives the entry n of them (members returns M as a slice).
+func withRoom[M any](n int, members func(*M) []lineMember) *acceptedLine {
 	x := new(struct {
 		a acceptedLine
-		m [otelsession.MaxBaggageMembers]lineMember
+		m M
 	})
-	x.a.members = x.m[:n]
+	x.a.members = members(&x.m)[:n]
 	return &x.a
 }
 
