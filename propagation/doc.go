@@ -56,6 +56,19 @@
 // freely. A Verifier holds several keys, so keys rotate without downtime.
 // See SECURITY.md at the repository root for the threat model.
 //
+// # A conversation's next message
+//
+// A consumer receives a conversation's session on every message, in a
+// baggage line that differs from the last one's in the message id (and the
+// signature) and in the order of its members. Each Inbound keeps a small
+// cache of the lines it accepted whole ([WithCacheSize]): a later line with
+// the same members but a new message id gets the baggage of the last one
+// with the new id set by OpenTelemetry's SetMember, where OpenTelemetry
+// would parse the whole line again, and the same context the full path
+// returns; the raw scan, the signature or the peer, the counts and the
+// metrics are those of every message ([Counts].Cached counts what it
+// served).
+//
 // # Beside other instrumentation
 //
 // Instrumentation that propagates on its own beside a session edge (otelhttp
