@@ -125,8 +125,16 @@ func BenchmarkInbound(b *testing.B) {
 				i++
 			}
 			b.StopTimer()
-			if n, want := policy.Counts().Cached, c.name == "MapCarrier_next_message"; (n > uint64(i)/2) != want {
-				b.Fatalf("%d of %d extractions served from the cache", n, i)
+			// A conversation's first message is noted, its second makes
+			// the entry, every later one is served; a session first seen
+			// is never served (the 4,096 come round again only past
+			// the cache's notes).
+			served, want := policy.Counts().Cached, uint64(max(i-2, 0))
+			if c.name == "MapCarrier_first_seen" {
+				want = 0
+			}
+			if served != want && (c.name != "MapCarrier_first_seen" || served > uint64(i)/10) {
+				b.Fatalf("%d of %d extractions served from the cache, want %d", served, i, want)
 			}
 		})
 	}
