@@ -2,6 +2,7 @@ package grpcsession_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -258,6 +259,46 @@ func BenchmarkSteps(b *testing.B) {
 			b.Fatalf("the handler saw %+v, want the session sent", got)
 		}
 	}))
+	// A conversation's next calls, through the Edge whose policy keeps its
+	// cache of accepted sessions (the default): 1,024 calls in turn, each
+	// with the session injected on its own (its own message id, its
+	// members in another order), beside raw otelgrpc on the same calls.
+	nextCalls := make([]context.Context, 1024)
+	for i := range nextCalls {
+		m := metadata.MD{":authority": {"127.0.0.1:50051"}, "content-type": {"application/grpc"}}
+		w3c.Inject(otelsession.With(session, otelsession.FieldMessageID, fmt.Sprint("m-", i)), otelprop.TextMapCarrier(grpcsession.MetadataCarrier(m)))
+		nextCalls[i] = peer.NewContext(metadata.NewIncomingContext(context.Background(), m), pr)
+	}
+	b.Run("server_next_message/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		defer benchcpu.Time(b)()
+		i := 0
+		for b.Loop() {
+			sink = otelExtract(nextCalls[i%len(nextCalls)], w3c)
+			i++
+		}
+	})
+	b.Run("server_next_message/otelgrpc_given_edge_propagator", func(b *testing.B) {
+		policy := propagation.NewInbound(propagation.TrustLoopback())
+		edge := grpcsession.New(grpcsession.WithPropagator(w3c), grpcsession.WithInbound(policy))
+		interceptor, prop := edge.UnaryServerInterceptor(), edge.Propagator()
+		b.ReportAllocs()
+		stop := benchcpu.Time(b)
+		i := 0
+		for b.Loop() {
+			if _, err := interceptor(otelExtract(nextCalls[i%len(nextCalls)], prop), nil, info, handler); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		stop()
+		if got, _ := otelsession.Lookup(sink, otelsession.FieldMessageID); got != fmt.Sprint("m-", (i-1)%len(nextCalls)) {
+			b.Fatalf("the handler saw message id %q after %d calls", got, i)
+		}
+		if n := policy.Counts(); n.Cached != uint64(max(i-2, 0)) {
+			b.Fatalf("%d of %d calls served from the cache", n.Cached, i)
+		}
+	})
 	// A call carrying only the application's own baggage, no session: the
 	// policy's fixed work on a small baggage. Its metadata spells "baggage"
 	// one way, as on the wire, so the handler gets it as it came (see

@@ -557,3 +557,40 @@ func TestEdgeHandlerKeepsTheJudgedBaggage(t *testing.T) {
 		})
 	}
 }
+
+// A conversation's calls through an Edge whose policy keeps its cache of
+// accepted sessions (the default): from the third call the policy serves
+// the session from the cache, and each handler and server span still holds
+// its own call's session, its message id included, with the application's
+// own baggage beside it.
+func TestEdgeServesAConversationFromTheInboundCache(t *testing.T) {
+	tp, exp := edgeTracing(t)
+	svc := newService()
+	policy := propagation.NewInbound(propagation.TrustLoopback())
+	addr := edgeServer(t, svc, tp, grpcsession.New(grpcsession.WithInbound(policy)))
+	c := edgeClient(t, addr, tp, grpcsession.New(allowAll))
+	const calls = 6
+	for i := range calls {
+		id := fmt.Sprint("msg-", i)
+		unary(t, otelsession.With(bound(), otelsession.FieldMessageID, id), c)
+		got := svc.next(t)
+		want := wantSession()
+		want[otelsession.FieldMessageID] = id
+		if !maps.Equal(got.session, want) {
+			t.Fatalf("call %d: session %v, want %v", i, got.session, want)
+		}
+		if !strings.Contains(strings.Join(got.baggage, ","), "app.tenant=acme") {
+			t.Fatalf("call %d: the application's baggage is gone: %q", i, got.baggage)
+		}
+	}
+	seen := map[string]bool{}
+	for _, s := range serverSpans(t, exp, calls) {
+		seen[attr(s, "session.message_id")] = true
+	}
+	if len(seen) != calls {
+		t.Fatalf("the server spans hold the message ids %v, want %d distinct", seen, calls)
+	}
+	if n := policy.Counts(); n.Accepted != calls || n.Cached != calls-2 {
+		t.Fatalf("counts %+v: want %d accepted, %d of them from the cache", n, calls, calls-2)
+	}
+}
