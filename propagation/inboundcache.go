@@ -17,12 +17,12 @@ import (
 
 // The accepted-session cache: a consumer receives a conversation's session
 // on every message of it, and the baggage line it arrives in differs from
-// the last message's in the message id alone. OpenTelemetry's parse of the
-// line is most of the inbound step (a full session's line is about 500
-// bytes: every member split, validated, decoded and put into a map one by
-// one), and the baggage it builds can be derived from the last message's
-// with one Baggage.SetMember, a copy of the map, as the bind cache does for
-// Bind.
+// the last message's in the message id (and the signature, when signed)
+// and in the order of its members alone. OpenTelemetry's parse of the line
+// is most of the inbound step (a full session's line is about 500 bytes:
+// every member split, validated, decoded and put into a map one by one),
+// and the baggage it builds can be derived from the last message's with one
+// Baggage.SetMember, a copy of the map, as the bind cache does for Bind.
 //
 // An entry is a line the policy accepted whole: one line that
 // OpenTelemetry's W3C propagator alone parsed (the check's fast path, see
@@ -32,37 +32,38 @@ import (
 // message: the gateway's workers), so that the peer is not consulted and
 // the signature, bound to its message, is removed once it verified. The
 // entry holds the line's members, the baggage OpenTelemetry parsed from it
-// (without the signature) and the record of its values. A later line is
-// served from it when its members are the entry's, byte for byte, in any
-// order (a sender's W3C propagator writes a baggage's members in the order
-// of Go's map iteration, which differs from one message to the next), but
-// for the message id's value and the signature's, and those are plain
-// (printable ASCII with nothing to decode, no properties) and the message
-// id within its length limit. The new signature is verified over the
-// entry's values and the new message id, as the check would have read
-// them from the line.
-// OpenTelemetry's parse of the new line would then build the entry's
-// members and that one value, which is what SetMember of the new value
-// into the entry's baggage builds: the entry is made only of a line whose
-// members are all valid and of distinct keys (its parse holds as many
-// members as it has: none was refused or repeated, so the order in which
-// the parser met them does not matter), and whose decoded and encoded size
-// is bounded within OpenTelemetry's limits (growthBound), so that its parse
-// drops no member of either line. FuzzInboundCache holds a cached
-// extraction to the uncached one for any pair of lines.
+// (without the signature) and the record of its values.
+//
+// A later line is served from an entry when its members are the entry's,
+// byte for byte, in any order (a sender's W3C propagator writes a
+// baggage's members in the order of Go's map iteration, which differs from
+// one message to the next), but for the message id's value and the
+// signature's, and those are plain (printable ASCII with nothing to
+// decode, no properties) and the message id within its length limit.
+// OpenTelemetry's parse of that line would build the entry's members and
+// the new message id, which is what SetMember of the new id into the
+// entry's baggage builds: the entry is made only of a line whose members
+// are all valid and of distinct keys (its parse holds as many members as
+// it has: none was refused or repeated, so the order in which the parser
+// met them does not matter), and whose decoded and encoded size is bounded
+// within OpenTelemetry's limits (growthBound), so that its parse drops no
+// member of either line. The new signature is verified over the entry's
+// values and the new message id, as the check would have read them from
+// the line. FuzzInboundCache and TestInboundCacheSignedSessions hold a
+// cached extraction to the uncached one.
 //
 // The scan for repeated, forbidden and local keys runs on every line (it
 // finds the message id), the signature or the peer is judged on every
 // line, and the counts and metrics are the same; only the parse and the
-// check of the values the entry's line already passed are skipped. A line the policy refused, or
-// from a peer it did not trust, never makes an entry, so an untrusted
-// sender cannot fill the cache; nor does a line seen once (admit): an entry
-// is made on a conversation's second message, served from its third. An
-// entry keeps its line alive, the baggage OpenTelemetry parsed from it and
-// the record: about 3 to 4 KiB for a full session of typical values, and
-// about 11.5 KiB for a line at OpenTelemetry's limits (64 members, 8 KiB),
-// as TestInboundCacheMemoryBound measures: about 1 MiB typical, 3 MiB at
-// worst, at the default size.
+// check of the values the entry's line already passed are skipped. A line
+// the policy refused, or from a peer it did not trust, never makes an
+// entry, so an untrusted sender cannot fill the cache; nor does a line seen
+// once (admit): an entry is made on a conversation's second message and
+// serves from its third. An entry keeps its line alive, the baggage
+// OpenTelemetry parsed from it and the record: about 3 to 4 KiB for a full
+// session of typical values, and about 11.5 KiB for a line at
+// OpenTelemetry's limits (64 members, 8 KiB), as TestInboundCacheMemoryBound
+// measures: about 1 MiB typical, 3 MiB at worst, at the default size.
 
 // defaultInboundCacheSize is the number of accepted lines a policy keeps
 // by default.
@@ -82,9 +83,9 @@ const inboundWays = 4
 // and returns the same context it would have built (the signature or the
 // peer is still judged on every message). Only sessions accepted whole are
 // kept; signed ones only where the policy verifies signatures and the
-// message has an id of its own (Peer.MessageID). The default, 256, holds the active
-// conversations of a busy consumer in about 1 MiB (3 MiB at worst);
-// [Counts].Cached says how many sessions it served.
+// message has an id of its own (Peer.MessageID). The default, 256, holds
+// the active conversations of a busy consumer in about 1 MiB (3 MiB at
+// worst); [Counts].Cached says how many sessions it served.
 func WithCacheSize(n int) InboundOption {
 	return func(p *Inbound) { p.cache = newInboundCache(n) }
 }
@@ -137,8 +138,8 @@ type lineMember struct {
 	s string
 }
 
-// lineKey is a line's members but its message id's, their hash, and the
-// message id's value: what the cache knows a line by.
+// lineKey is a line's members but its message id's and signature's, their
+// hash, and those two values: what the cache knows a line by.
 type lineKey struct {
 	line    string
 	msgID   string // "" when the line has none
