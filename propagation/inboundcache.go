@@ -122,11 +122,10 @@ func newInboundCache(n int) *inboundCache {
 // acceptedLine is one entry: immutable once stored.
 type acceptedLine struct {
 	h       uint64
-	members []lineMember // the line's, but its message id's and signature's, in the line's order
-	msgID   string       // the message id's value, "" when the line has none
-	signed  bool         // the line has a signature
-	vals    signedValues // the session's values, as a signature covers them
-	extra   int          // growthBound of the line
+	members []lineMember  // the line's, but its message id's and signature's, in the line's order
+	msgID   string        // the message id's value, "" when the line has none
+	vals    *signedValues // a signed line's session values, as its signature covers them; nil unsigned
+	extra   int           // growthBound of the line
 	bag     baggage.Baggage
 	rec     sessionstate.Record // of bag, reading sp (or Values of its own)
 	sp      sessionstate.Spans
@@ -235,7 +234,7 @@ func (c *inboundCache) lookup(k *lineKey) *acceptedLine {
 // a's members are distinct (its line's parse kept them all), so each of
 // k's can be the same as one of them at most.
 func (a *acceptedLine) matches(k *lineKey) bool {
-	if len(a.members) != k.n || (a.msgID != "") != k.hasID || a.signed != k.signed {
+	if len(a.members) != k.n || (a.msgID != "") != k.hasID || (a.vals != nil) != k.signed {
 		return false
 	}
 	var used uint64 // len(a.members) <= 64
@@ -307,8 +306,13 @@ func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.R
 	}
 	// A signed line's session was accepted into b without its signature
 	// (keyOf), so that b holds the members of k but for it.
+	// A line seen once is only noted (admit), before its bytes are read
+	// again for the growth bound.
+	if b.Len() != n || !c.admit(k) {
+		return
+	}
 	extra := growthBound(k.line)
-	if b.Len() != n || len(k.line)+extra > otelsession.MaxBaggageBytes || !c.admit(k) {
+	if len(k.line)+extra > otelsession.MaxBaggageBytes {
 		return
 	}
 	a := newAcceptedLine(k.n)
@@ -316,7 +320,11 @@ func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.R
 	if !ok {
 		return
 	}
-	a.h, a.msgID, a.signed, a.vals, a.extra, a.bag, a.rec = k.h, k.msgID, k.signed, *vals, extra, b, rec
+	if k.signed {
+		a.vals = new(signedValues)
+		*a.vals = *vals
+	}
+	a.h, a.msgID, a.extra, a.bag, a.rec = k.h, k.msgID, extra, b, rec
 	copy(a.members, k.members[:k.n])
 	set := c.set(k.h)
 	for i := range set {
@@ -380,9 +388,13 @@ func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator
 	// session whose signature is verified, and one that verifies is
 	// removed before the context is handed on; a session refused or
 	// stripped loses it with the rest (Reset).
-	in := inboundSession{present: true, hasSig: k.signed, sig: k.sig, vals: a.vals}
-	if pos := signedPos[otelsession.FieldMessageID-1]; k.hasID {
-		in.vals[pos].v, in.vals[pos].ok = v, true
+	// An unsigned line's values are not read (no signature to verify).
+	in := inboundSession{present: true, hasSig: k.signed, sig: k.sig}
+	if k.signed {
+		in.vals = *a.vals
+		if pos := signedPos[otelsession.FieldMessageID-1]; k.hasID {
+			in.vals[pos].v, in.vals[pos].ok = v, true
+		}
 	}
 	ctx, ok, err := p.decide(ctx, &in, peer)
 	if !ok {

@@ -162,9 +162,8 @@ func (r *Record) CopyTo(dst *Values) {
 // but for field index i, whose member value (as the baggage holds it) is v.
 // vals must not be modified while the record is read.
 func Derive(b baggage.Baggage, vals *Values, i int, v string) Record {
-	r := Record{B: b, p: unsafe.Pointer(vals), oi: uint8(i + 1)}
-	r.ov, r.ost = fromBaggage(v)
-	return r
+	r := Record{p: unsafe.Pointer(vals)}
+	return r.With(b, i, v)
 }
 
 // Detach returns r reading the same values from memory that no context's
