@@ -245,9 +245,11 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		}
 	}
 	// With one baggage line that only OpenTelemetry's W3C propagator
-	// parsed (through Get: no Values method), the session members of the
+	// reads (through Get: no Values method), the session members of the
 	// extracted baggage are exactly those of the line, decoded; the check
-	// then reads a plain value from the line instead of looking it up.
+	// then reads a plain value from the line instead of looking it up, and
+	// a simple line's baggage is built without OpenTelemetry's parse, with
+	// the same result (extractLine, simpleline.go).
 	var written *writtenMembers
 	if len(raw) == 1 && stockprop.ReadsOneLine(prop, extractFrom) {
 		// A line that names no session key in any spelling, within the
@@ -259,7 +261,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// extracted (FuzzCheckReadsTheLineAsTheParserDoes holds the two
 		// ways to each other).
 		if stockprop.NamesNoSession(raw[0]) {
-			return resetAndExtract(ctx, prop, extractFrom), nil
+			return extractLine(ctx, prop, extractFrom, raw[0]), nil
 		}
 		written = new(writtenMembers)
 	}
@@ -276,7 +278,11 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 			return c, err
 		}
 	}
-	ctx = resetAndExtract(ctx, prop, extractFrom)
+	if written != nil {
+		ctx = extractLine(ctx, prop, extractFrom, raw[0])
+	} else {
+		ctx = resetAndExtract(ctx, prop, extractFrom)
+	}
 	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
 		err = checkReencodedSize(raw)
 	}
@@ -947,7 +953,7 @@ func resetAndExtract(ctx context.Context, prop otelprop.TextMapPropagator, carri
 	return prop.Extract(ctx, carrier)
 }
 
-func init() { stockprop.Extract = resetAndExtract }
+func init() { stockprop.Extract = extractLine }
 
 // holdsSession reports whether ctx holds any state otelsession.Reset would
 // remove: session members in its baggage, or any state beside the baggage

@@ -51,17 +51,24 @@ var profiles = []profile{
 		pkg: "propagation/httpsession", bench: "^BenchmarkInbound$/^MapCarrier$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`,
 		parts: []part{
-			{"OpenTelemetry's extraction (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`},
+			{"building the line's baggage with OpenTelemetry's constructors (simpleBaggage; the raw path parses it)", `^github.com/sessionwire/sessionwire/propagation\.simpleBaggage$`},
+			{"  of which OpenTelemetry's baggage.New", `^go.opentelemetry.io/otel/baggage\.New$`},
+			{"  of which OpenTelemetry's baggage.NewMemberRaw", `^go.opentelemetry.io/otel/baggage\.NewMemberRaw$`},
+			{"OpenTelemetry's parse (only a line that is not simple; none here)", `^go.opentelemetry.io/otel/baggage\.Parse$`},
 			{"the policy's check of every member (OpenTelemetry's Baggage.Member look-ups included)", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
 			{"  of which OpenTelemetry's Baggage.Member", `^go.opentelemetry.io/otel/baggage\.Baggage\.Member$`},
 			{"the raw header scan (duplicates, forbidden keys)", `^github.com/sessionwire/sessionwire/propagation\.scanSessionKeys$`},
+			{"the record of the accepted session for the reads (withRecord)", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.withRecord$`},
 		},
 	},
 	{
 		file: "http_handler.txt", title: "the whole httpsession.Handler step",
 		pkg: "propagation/httpsession", bench: "^BenchmarkInbound$/^Handler$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/httpsession\.\(\*handler\)\.ServeHTTP$`,
-		parts: []part{{"OpenTelemetry's extraction (parsing the one baggage line once)", `^go.opentelemetry.io/otel/propagation\.Baggage\.Extract$`}},
+		parts: []part{
+			{"building the one baggage line's baggage once (simpleBaggage: OpenTelemetry's constructors, where a raw handler runs its parser)", `^github.com/sessionwire/sessionwire/propagation\.simpleBaggage$`},
+			{"  of which OpenTelemetry's baggage.New", `^go.opentelemetry.io/otel/baggage\.New$`},
+		},
 	},
 	{
 		file: "outbound_signed.txt", title: "Outbound.Inject of a full session, allowed and signed",
@@ -82,7 +89,7 @@ var profiles = []profile{
 		parts: []part{
 			{"the Edge's propagator, inside otelgrpc's extraction", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.edgePropagator\.Extract$`},
 			{"  of which Inbound.Extract", `^github.com/sessionwire/sessionwire/propagation\.\(\*Inbound\)\.Extract$`},
-			{"  of which OpenTelemetry's baggage.Parse (as in raw otelgrpc)", `^go.opentelemetry.io/otel/baggage\.Parse$`},
+			{"  of which building the line's baggage (simpleBaggage: OpenTelemetry's constructors, where raw otelgrpc runs its parser)", `^github.com/sessionwire/sessionwire/propagation\.simpleBaggage$`},
 			{"  of which the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
 			{"otelgrpc's copy of the incoming metadata (as in raw otelgrpc)", `^google.golang.org/grpc/metadata\.FromIncomingContext$`},
 			{"the Edge's interceptor acting on the verdict", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.actOn$`},
@@ -120,7 +127,8 @@ var profiles = []profile{
 		pkg: "propagation/kafkasession", bench: "^BenchmarkExtract$/^Consumer.Extract$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation/kafkasession\.\(\*Consumer\)\.Extract$`,
 		parts: []part{
-			{"OpenTelemetry's extraction (parsing the one baggage line once)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Extract$`},
+			{"building the one baggage line's baggage once (simpleBaggage: OpenTelemetry's constructors, where the raw path runs its parser)", `^github.com/sessionwire/sessionwire/propagation\.simpleBaggage$`},
+			{"the trace context (OpenTelemetry's TraceContext.Extract)", `^go.opentelemetry.io/otel/propagation\.TraceContext\.Extract$`},
 			{"the policy's check of every member", `^github.com/sessionwire/sessionwire/propagation\.\(\*inboundSession\)\.check$`},
 			{"the raw header scan", `^github.com/sessionwire/sessionwire/propagation\.scanSessionKeys$`},
 		},
