@@ -23,9 +23,9 @@ import (
 // members, each decoded as Parse decodes it (url.PathUnescape) and built by
 // baggage.NewMemberRaw: OpenTelemetry's constructors, which still check
 // every member and the W3C limits, without the rest of the parse. That
-// costs about three quarters of the parse (BenchmarkSimpleLine), and is what
-// the inbound policy runs for a simple line; any other line goes to the
-// propagator as it is. FuzzSimpleLineIsTheParsersBaggage holds the two to
+// costs 0.85 to 0.9 times the parse, and 5 allocations fewer for a full
+// session (BenchmarkSimpleLine), and is what the inbound policy runs for a
+// simple line; any other line goes to the propagator as it is. FuzzSimpleLineIsTheParsersBaggage holds the two to
 // each other.
 //
 // Why the two agree: Parse trims white space (there is none), decodes each
