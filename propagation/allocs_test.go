@@ -20,8 +20,9 @@ import (
 var sinkCtx context.Context
 
 // The policies allocate nothing beyond what the stock propagators do with
-// the same carrier (every check they add reads what is already there), but
-// for the record an accepted session leaves for its readers. An allocation
+// the same carrier (every check they add reads what is already there), and
+// an accepted session from a simple line less than the stock extraction,
+// the record it leaves for its readers included. An allocation
 // budget, asserted without timing anything, so that a change
 // making a policy allocate on the common path fails here rather than only
 // in a benchmark nobody reruns (BenchmarkOutboundInject and
@@ -103,17 +104,20 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 			"Inbound.Extract, a full session accepted, without the cache",
 			func() { sinkCtx = prop.Extract(bg, wire) },
 			func() { sinkCtx, _ = in.Extract(bg, prop, wire, peer) },
-			// The record of the accepted session's values, which every
-			// read of it then takes instead of a look-up (Lookup about a
-			// quarter of the raw member read).
-			1,
+			// The record of the accepted session's values (which every
+			// read of it then takes instead of a look-up, Lookup about a
+			// quarter of the raw member read) is one allocation more; the
+			// line, a simple one, is built by OpenTelemetry's constructors
+			// instead of parsed, which takes several fewer (simpleline.go).
+			// Fewer in all: should the line be parsed, this fails.
+			-1,
 		},
 		{
 			"Inbound.Extract, a full session first seen (noted by the cache)",
 			func() { sinkCtx = prop.Extract(bg, inTurn(sessions)) },
 			func() { sinkCtx, _ = cached.Extract(bg, prop, inTurn(sessions), peer) },
-			// The record.
-			1,
+			// The record, and the simple line built, as above.
+			-1,
 		},
 		{
 			// OpenTelemetry's SetMember of the new message id into the
@@ -129,7 +133,7 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 		got := testing.AllocsPerRun(100, c.withPolicy)
 		t.Logf("%s: %.0f allocations, the stock propagator %.0f", c.name, got, raw)
 		if got > raw+c.extra {
-			t.Errorf("%s: %.0f allocations, the stock propagator alone %.0f (+%.0f allowed)", c.name, got, raw, c.extra)
+			t.Errorf("%s: %.0f allocations, the stock propagator alone %.0f (%+.0f allowed)", c.name, got, raw, c.extra)
 		}
 	}
 	if v, st := otelsession.Lookup(sinkCtx, otelsession.FieldChatID); st != otelsession.Set || v != fullTestSession.ChatID {
