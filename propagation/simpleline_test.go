@@ -1,8 +1,7 @@
-package propagation
+package propagation_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 // sameBaggage fails t unless a and b hold the same members: keys, values,
@@ -63,16 +63,16 @@ func FuzzSimpleLineIsTheParsersBaggage(f *testing.F) {
 		"a b=1",
 		"=1",
 		"a",
-		manyMembersOf(64, "k%d=v"),
-		manyMembersOf(65, "k%d=v"),
+		manyMembers(64, "k%d=v"),
+		manyMembers(65, "k%d=v"),
 		"k=" + strings.Repeat("v", otelsession.MaxBaggageBytes-2),
 		"k=" + strings.Repeat("v", otelsession.MaxBaggageBytes-1),
-		sessionLineOf(lineTestSession),
+		sessionHeaderOf(fullTestSession),
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		b, ok := simpleBaggage(line)
+		b, ok := propagation.SimpleBaggage(line)
 		if !ok {
 			assert.Zero(t, b.Len(), "a line that is not simple builds no baggage")
 			return
@@ -83,49 +83,21 @@ func FuzzSimpleLineIsTheParsersBaggage(f *testing.F) {
 	})
 }
 
-// manyMembersOf joins n members formatted from format and their index.
-func manyMembersOf(n int, format string) string {
-	ms := make([]string, n)
-	for i := range ms {
-		ms[i] = fmt.Sprintf(format, i)
-	}
-	return strings.Join(ms, ",")
-}
-
-// lineTestSession is a full session, display values with spaces and
-// letters beyond ASCII included, as chats name their users.
-var lineTestSession = otelsession.Session{
-	Platform: "telegram", Source: "gateway", ChatID: "-1001234567890", ChatType: "supergroup",
-	ChatName: "Ops – EU", ThreadID: "17585", UserID: "u-42", UserIDAlt: "@ana",
-	UserName: "Ana Lúcia", ScopeID: "guild-7", SessionKey: "agent:main:telegram:-1001234567890:17585",
-	SessionID: "20261214_101010_ab12cd", UISessionID: "tab-3", MessageID: "88121",
-	Profile: "default", BrowserControlPrincipal: "ana", BrowserControlTransportFamily: "cdp",
-	ParentChatID: "-1001234567000", Cron: otelsession.CronOn, Cwd: "/srv/work",
-}
-
-// sessionLineOf is the baggage line the stock propagator writes for the
-// session s binds, as sessionwire's outbound policies send it.
-func sessionLineOf(s otelsession.Session) string {
-	c := otelprop.MapCarrier{}
-	otelprop.Baggage{}.Inject(otelsession.Bind(context.Background(), s), c)
-	return c["baggage"]
-}
-
 func TestSimpleLines(t *testing.T) {
 	for _, tc := range []struct {
 		line  string
 		plain bool
 	}{
-		{sessionLineOf(lineTestSession), true},
+		{sessionHeaderOf(fullTestSession), true},
 		{"a=1,b=2", true},
 		{"a=1,a=2", true}, // the last wins, in the parser and in baggage.New
 		{"a=", true},
 		{"a==", true},
-		{manyMembersOf(otelsession.MaxBaggageMembers, "k%d=v"), true},
+		{manyMembers(otelsession.MaxBaggageMembers, "k%d=v"), true},
 		{"k=" + strings.Repeat("v", otelsession.MaxBaggageBytes-2), true},
 
 		{"", false},
-		{manyMembersOf(otelsession.MaxBaggageMembers+1, "k%d=v"), false},
+		{manyMembers(otelsession.MaxBaggageMembers+1, "k%d=v"), false},
 		{"k=" + strings.Repeat("v", otelsession.MaxBaggageBytes-1), false},
 		{"a=%20", true},
 		{"a=%41%c3%a9", true},
@@ -143,7 +115,7 @@ func TestSimpleLines(t *testing.T) {
 		{"a b=1", false},
 		{"a=\xff", false},
 	} {
-		b, ok := simpleBaggage(tc.line)
+		b, ok := propagation.SimpleBaggage(tc.line)
 		assert.Equal(t, tc.plain, ok, "%.60q", tc.line)
 		if ok {
 			want, err := baggage.Parse(tc.line)
@@ -159,10 +131,10 @@ func TestSimpleLines(t *testing.T) {
 // and its other values kept.
 func TestExtractLineIsTheStockExtraction(t *testing.T) {
 	type key struct{}
-	parent := otelsession.Bind(context.WithValue(context.Background(), key{}, "kept"), lineTestSession)
+	parent := otelsession.Bind(context.WithValue(context.Background(), key{}, "kept"), fullTestSession)
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.Baggage{}, otelprop.TraceContext{})
 	for _, line := range []string{
-		sessionLineOf(lineTestSession) + ",app.tenant=acme",
+		sessionHeaderOf(fullTestSession) + ",app.tenant=acme",
 		"app.tenant=acme",
 		"app.tenant=a%20b;p=1",
 		"",
@@ -171,8 +143,8 @@ func TestExtractLineIsTheStockExtraction(t *testing.T) {
 		if line != "" {
 			carrier["baggage"] = line
 		}
-		want := resetAndExtract(parent, prop, carrier)
-		got := extractLine(parent, prop, carrier, line)
+		want := propagation.ResetAndExtract(parent, prop, carrier)
+		got := propagation.ExtractLine(parent, prop, carrier, line)
 		sameBaggage(t, baggage.FromContext(want), baggage.FromContext(got))
 		assert.Equal(t, trace.SpanContextFromContext(want), trace.SpanContextFromContext(got))
 		assert.True(t, trace.SpanContextFromContext(got).IsRemote())
@@ -189,7 +161,7 @@ func TestExtractLineIsTheStockExtraction(t *testing.T) {
 // BenchmarkSimpleLine is a full session's line made into a baggage by
 // simpleBaggage, beside OpenTelemetry's parse of it.
 func BenchmarkSimpleLine(b *testing.B) {
-	line := sessionLineOf(lineTestSession)
+	line := sessionHeaderOf(fullTestSession)
 	b.Run("baggage.Parse", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -201,7 +173,7 @@ func BenchmarkSimpleLine(b *testing.B) {
 	b.Run("simpleBaggage", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if bg, ok := simpleBaggage(line); !ok || bg.Len() == 0 {
+			if bg, ok := propagation.SimpleBaggage(line); !ok || bg.Len() == 0 {
 				b.Fatal(bg.Len(), ok)
 			}
 		}
