@@ -25,8 +25,8 @@ import (
 // every member and the W3C limits, without the rest of the parse. That
 // costs 0.85 to 0.9 times the parse, and 5 allocations fewer for a full
 // session (BenchmarkSimpleLine), and is what the inbound policy runs for a
-// simple line; any other line goes to the propagator as it is. FuzzSimpleLineIsTheParsersBaggage holds the two to
-// each other.
+// simple line; any other line goes to the propagator as it is.
+// FuzzSimpleLineIsTheParsersBaggage holds the two to each other.
 //
 // Why the two agree: Parse trims white space (there is none), decodes each
 // value and replaces bytes that are not UTF-8 (there are none once decoded),

@@ -238,8 +238,8 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	if quiet {
 		out = stockprop.Extract(ctx, prop, carrier, first)
 	} else {
-		// otelgrpc's carrier has no Values method, so the W3C propagator
-		// parses the one line once; any other carrier is Inbound.Extract's
+		// otelgrpc's carrier has no Values method, so the policy reads
+		// the one line once; any other carrier is Inbound.Extract's
 		// to judge.
 		out, err = c.inbound.Extract(ctx, prop, carrier, peerOf(ctx, carrier.Get(":authority")))
 	}
