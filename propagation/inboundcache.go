@@ -12,17 +12,18 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
-	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 // The accepted-session cache: a consumer receives a conversation's session
 // on every message of it, and the baggage line it arrives in differs from
 // the last message's in the message id (and the signature, when signed)
-// and in the order of its members alone. OpenTelemetry's parse of the line
-// is most of the inbound step (a full session's line is about 500 bytes:
-// every member split, validated, decoded and put into a map one by one),
-// and the baggage it builds can be derived from the last message's with one
-// Baggage.SetMember, a copy of the map, as the bind cache does for Bind.
+// and in the order of its members alone. Making the line into a baggage is
+// most of the inbound step (a full session's line is about 500 bytes:
+// every member split, validated, decoded and put into a map one by one,
+// by OpenTelemetry's parser or, for a simple line, its constructors; see
+// simpleline.go), and the baggage can be derived from the last message's
+// with one Baggage.SetMember, a copy of the map, as the bind cache does for
+// Bind.
 //
 // An entry is a line the policy accepted whole: one line that
 // OpenTelemetry's W3C propagator alone parsed (the check's fast path, see
@@ -378,10 +379,7 @@ func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator
 			return nil, false, nil
 		}
 	}
-	if holdsSession(ctx) {
-		ctx = otelsession.Reset(ctx)
-	}
-	ctx = baggage.ContextWithBaggage(stockprop.ExtractExceptBaggage(ctx, prop, carrier), b)
+	ctx = extractWith(ctx, prop, carrier, b)
 	// What the check reads of the line: the entry's values, the new
 	// message id, the new signature. A signed line's context holds no
 	// signature: the peer, which might look at it, is not consulted for a

@@ -117,15 +117,23 @@ var keyByte = func() (t [256]bool) {
 // extractLine is resetAndExtract for a carrier whose one baggage line,
 // line, only OpenTelemetry's W3C propagator reads, through Get
 // (stockprop.ReadsOneLine holds): a simple line's baggage is built by
-// simpleBaggage and put into the context the propagator's other parts
-// extracted (stockprop.ExtractExceptBaggage); any other line is the
-// propagator's to parse. The context answers every key as
-// resetAndExtract's would.
+// simpleBaggage (extractWith); any other line is the propagator's to
+// parse.
 func extractLine(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) context.Context {
 	b, ok := simpleBaggage(line)
 	if !ok {
 		return resetAndExtract(ctx, prop, carrier)
 	}
+	return extractWith(ctx, prop, carrier, b)
+}
+
+// extractWith is resetAndExtract for a carrier of which the policy already
+// holds the baggage prop's W3C propagator would extract, b (built from a
+// simple line, or derived from the cache's entry for the line): the
+// context's own session Reset, then b put into the context the
+// propagator's other parts extracted (stockprop.ExtractExceptBaggage). The
+// context answers every key as resetAndExtract's would.
+func extractWith(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, b baggage.Baggage) context.Context {
 	if holdsSession(ctx) {
 		ctx = otelsession.Reset(ctx)
 	}
