@@ -120,6 +120,11 @@ type Counts struct {
 	// Cached counts the accepted sessions served from the policy's cache
 	// of accepted lines (see [WithCacheSize]): counted in Accepted too.
 	Cached uint64
+	// CachedNoSession counts the baggage lines that named no session (only
+	// the application's own members) whose baggage was served from the
+	// policy's cache: a line seen before, byte for byte (see
+	// [WithCacheSize]). They are not counted elsewhere.
+	CachedNoSession uint64
 
 	// Signed counts the accepted sessions whose signature verified (see
 	// [WithVerifier]), whatever the peer.
@@ -139,7 +144,7 @@ type Inbound struct {
 	verifier *Verifier
 	cache    *inboundCache
 	n        struct {
-		accepted, untrusted, rejected, cached                                       atomic.Uint64
+		accepted, untrusted, rejected, cached, cachedNoSession                      atomic.Uint64
 		tooLarge, malformed, duplicate, invalidValue, localField, unknownSessionKey atomic.Uint64
 		signed, badSignature, expired, unknownKey, truncated                        atomic.Uint64
 	}
@@ -193,7 +198,7 @@ func (p *Inbound) Counts() Counts {
 		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
 		InvalidValue: p.n.invalidValue.Load(), LocalField: p.n.localField.Load(),
 		UnknownSessionKey: p.n.unknownSessionKey.Load(), Truncated: p.n.truncated.Load(),
-		Cached: p.n.cached.Load(), Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
+		Cached: p.n.cached.Load(), CachedNoSession: p.n.cachedNoSession.Load(), Signed: p.n.signed.Load(), BadSignature: p.n.badSignature.Load(), Expired: p.n.expired.Load(),
 		UnknownKey: p.n.unknownKey.Load(),
 	}
 }
@@ -261,7 +266,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 		// extracted (FuzzCheckReadsTheLineAsTheParserDoes holds the two
 		// ways to each other).
 		if stockprop.NamesNoSession(raw[0]) {
-			return extractLine(ctx, prop, extractFrom, raw[0]), nil
+			return p.extractQuiet(ctx, prop, extractFrom, raw[0]), nil
 		}
 		written = new(writtenMembers)
 	}
@@ -953,7 +958,12 @@ func resetAndExtract(ctx context.Context, prop otelprop.TextMapPropagator, carri
 	return prop.Extract(ctx, carrier)
 }
 
-func init() { stockprop.Extract = extractLine }
+func init() {
+	stockprop.Extract = func(policy any, ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) context.Context {
+		p, _ := policy.(*Inbound)
+		return p.extractQuiet(ctx, prop, carrier, line)
+	}
+}
 
 // holdsSession reports whether ctx holds any state otelsession.Reset would
 // remove: session members in its baggage, or any state beside the baggage

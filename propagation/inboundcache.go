@@ -87,6 +87,13 @@ const inboundWays = 4
 // message has an id of its own (Peer.MessageID). The default, 256, holds
 // the active conversations of a busy consumer in about 1 MiB (3 MiB at
 // worst); [Counts].Cached says how many sessions it served.
+//
+// The cache also keeps a quarter as many lines that name no session (a
+// call or message carrying only the application's own baggage): a line
+// that comes again byte for byte is given the baggage built from it the
+// last time, instead of being made into one again (64 lines by default,
+// about 50 KiB for lines of a few members, 1.1 MiB at worst);
+// [Counts].CachedNoSession says how many it served.
 func WithCacheSize(n int) InboundOption {
 	return func(p *Inbound) { p.cache = newInboundCache(n) }
 }
@@ -102,6 +109,8 @@ type inboundCache struct {
 	// once (a request that is a chat of its own, a one-off job) costs no
 	// entry, and the cache keeps no baggage alive for it.
 	seen []atomic.Uint64
+	// quiet holds the lines that name no session (see below).
+	quiet quietTable
 }
 
 func newInboundCache(n int) *inboundCache {
@@ -117,6 +126,7 @@ func newInboundCache(n int) *inboundCache {
 		mask:  uint64(sets - 1),
 		slots: make([]atomic.Pointer[acceptedLine], sets*inboundWays),
 		seen:  make([]atomic.Uint64, sets*inboundWays),
+		quiet: newQuietTable(sets * inboundWays),
 	}
 }
 
@@ -407,4 +417,128 @@ func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator
 	}
 	sessionstate.Recorded(b)
 	return rc, true, nil
+}
+
+// The cache of lines that name no session: a call or message that carries
+// only the application's own baggage ("app.tenant=t-42,app.plan=pro")
+// usually carries the same line on every call of a client, and the policy
+// returns it as extracted (Inbound.Extract, stockprop.NoSession). Making a
+// simple line into a baggage (simpleBaggage) is then most of the step; an
+// entry holds a line and the baggage built from it, and serves a later
+// line equal to it, byte for byte, with that baggage, which is immutable
+// and so shared by every context it is put into. Only simple lines make
+// entries, so an entry's baggage is exactly the one simpleBaggage, and
+// OpenTelemetry's parser, would build of the line (FuzzQuietLineCache).
+//
+// As for sessions, a line seen once is only noted, and makes an entry when
+// it comes again: a line unique to one call (a request id in baggage)
+// costs its hash and a note, and keeps nothing alive. Such lines come from
+// any peer, trusted or not, since they carry no session; a peer can evict
+// the entries of others, never have its line served for another (entries
+// are compared whole), and fill the table with at most its number of
+// entries, each holding its own copy of the line (at most 8 KiB) and the
+// baggage built from it (at most 64 members): about 0.8 KiB for a line of
+// the application's three members and 17.4 KiB for a line at
+// OpenTelemetry's limits (TestQuietLineCacheMemoryBound), for at most 64
+// entries at the default size (a quarter of the sessions'): about 50 KiB
+// typical, 1.1 MiB at worst.
+
+// quietWays is the associativity of the table of lines that name no session.
+const quietWays = 4
+
+// quietLine is an entry of the table of lines that name no session:
+// immutable once stored.
+type quietLine struct {
+	h    uint64
+	line string // its own copy
+	bag  baggage.Baggage
+}
+
+// quietTable is the cache's table of lines that name no session: a
+// quarter of its entries, set-associative as the sessions' table.
+type quietTable struct {
+	mask  uint64 // sets - 1
+	slots []atomic.Pointer[quietLine]
+	seen  []atomic.Uint64 // the hashes of lines seen once, as inboundCache.seen
+	next  atomic.Uint32
+}
+
+func newQuietTable(entries int) quietTable {
+	sets := max(entries/4/quietWays, 1)
+	for sets&(sets-1) != 0 {
+		sets &= sets - 1 // a power of two, rounded down
+	}
+	return quietTable{
+		mask:  uint64(sets - 1),
+		slots: make([]atomic.Pointer[quietLine], sets*quietWays),
+		seen:  make([]atomic.Uint64, sets*quietWays),
+	}
+}
+
+// quietHash is line's hash for the table of lines that name no session.
+func (c *inboundCache) quietHash(line string) uint64 {
+	return memberHash(line, c.seed^0xD6E8FEB86659FD93)
+}
+
+// quietLookup returns the baggage of the entry for line, whose hash is h,
+// and true; false when the table holds none.
+func (c *inboundCache) quietLookup(h uint64, line string) (baggage.Baggage, bool) {
+	i := (h & c.quiet.mask) * quietWays
+	set := c.quiet.slots[i : i+quietWays : i+quietWays]
+	for j := range set {
+		if q := set[j].Load(); q != nil && q.h == h && q.line == line {
+			return q.bag, true
+		}
+	}
+	return baggage.Baggage{}, false
+}
+
+// quietRemember makes an entry of line, whose hash is h, when it was seen
+// before; otherwise it notes it. line is a simple line.
+func (c *inboundCache) quietRemember(h uint64, line string) {
+	slot := &c.quiet.seen[h>>7&uint64(len(c.quiet.seen)-1)]
+	if slot.Load() != h {
+		slot.Store(h)
+		return
+	}
+	// The entry's own copy of the line, and a baggage built from it, so
+	// that it keeps no more alive than the line itself: a carrier's value
+	// may share the memory of a larger message.
+	own := strings.Clone(line)
+	b, ok := simpleBaggage(own)
+	if !ok {
+		return
+	}
+	q := &quietLine{h: h, line: own, bag: b}
+	i := (h & c.quiet.mask) * quietWays
+	set := c.quiet.slots[i : i+quietWays : i+quietWays]
+	for j := range set {
+		if set[j].Load() == nil && set[j].CompareAndSwap(nil, q) {
+			return
+		}
+	}
+	set[c.quiet.next.Add(1)%quietWays].Store(q)
+}
+
+// extractQuiet is Inbound.Extract's step for a carrier whose one baggage
+// line, line, names no session and only OpenTelemetry's W3C propagator
+// reads (stockprop.NoSession): extractLine, its baggage served from the
+// policy's cache when the line was seen before. p may be nil (no policy,
+// no cache).
+func (p *Inbound) extractQuiet(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) context.Context {
+	if p == nil || p.cache == nil || line == "" {
+		return extractLine(ctx, prop, carrier, line)
+	}
+	c := p.cache
+	h := c.quietHash(line)
+	if b, ok := c.quietLookup(h, line); ok {
+		p.n.cachedNoSession.Add(1)
+		return extractWith(ctx, prop, carrier, b)
+	}
+	b, ok := simpleBaggage(line)
+	if !ok {
+		return resetAndExtract(ctx, prop, carrier)
+	}
+	c.quietRemember(h, line)
+	return extractWith(ctx, prop, carrier, b)
 }

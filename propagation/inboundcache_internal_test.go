@@ -13,6 +13,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/sessionstate"
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/stockprop"
 )
 
 // TestInboundCacheMatchesMembersExactly gives lookup lines whose key hash
@@ -160,5 +161,79 @@ func TestInboundCacheMemoryBound(t *testing.T) {
 	t.Logf("bytes per entry: typical full session %.0f, a line at the W3C limits %.0f", typical, largest)
 	if typical > 5*1024 || largest > 16*1024 {
 		t.Errorf("an entry keeps %.0f B (typical) and %.0f B (largest) alive: more than the 5 KiB and 16 KiB the package note allows", typical, largest)
+	}
+}
+
+// TestQuietLineCacheMemoryBound measures what an entry of the cache of
+// lines that name no session keeps alive: its copy of the line and the
+// baggage built from it, for the application's three members and for a
+// line at OpenTelemetry's limits (64 members, 8 KiB), as the package note
+// says.
+func TestQuietLineCacheMemoryBound(t *testing.T) {
+	const n = defaultInboundCacheSize
+	measure := func(line func(i int) string) (perEntry float64) {
+		p := NewInbound(TrustNone)
+		all := make([]string, 8*n)
+		for i := range all {
+			all[i] = line(i)
+			if !stockprop.NamesNoSession(all[i]) {
+				t.Fatalf("the test's line %.40q names a session", all[i])
+			}
+		}
+		for _, l := range all {
+			for range 3 { // noted, entry made, served
+				// Each a fresh string, as a transport reads it: the entry
+				// must keep its own copy, not the carrier's.
+				c := otelprop.MapCarrier{"baggage": strings.Clone(l)}
+				if _, err := p.Extract(context.Background(), otelprop.Baggage{}, c, Peer{Transport: "test"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// What the entries keep alive: the heap with them, less the heap
+		// once they are gone, each after two collections (a sync.Pool's
+		// objects outlive the first).
+		var with, without runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&with)
+		entries := 0
+		for i := range p.cache.quiet.slots {
+			if p.cache.quiet.slots[i].Load() != nil {
+				entries++
+			}
+		}
+		if c := p.Counts(); c.CachedNoSession < uint64(len(all))/2 {
+			t.Fatalf("%d of %d third lines served from the cache", c.CachedNoSession, len(all))
+		}
+		if capacity := len(p.cache.quiet.slots); capacity != n/4 || entries < capacity*3/4 {
+			t.Fatalf("the cache holds %d lines without a session, capacity %d", entries, capacity)
+		}
+		for i := range p.cache.quiet.slots {
+			p.cache.quiet.slots[i].Store(nil)
+		}
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&without)
+		runtime.KeepAlive(all)
+		runtime.KeepAlive(p)
+		return float64(int64(with.HeapAlloc)-int64(without.HeapAlloc)) / float64(entries)
+	}
+	typical := measure(func(i int) string { return fmt.Sprintf("app.tenant=t-%05d,app.plan=pro,app.region=eu-west-1", i) })
+	largest := measure(func(i int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "app.id=%05d", i)
+		for j := 1; j < otelsession.MaxBaggageMembers; j++ {
+			room := otelsession.MaxBaggageBytes - b.Len() - (otelsession.MaxBaggageMembers-j)*12
+			fmt.Fprintf(&b, ",app.m%02d=%s", j, strings.Repeat("v", max(min(room, 300), 1)))
+		}
+		if b.Len() > otelsession.MaxBaggageBytes {
+			t.Fatalf("the test's line is %d bytes", b.Len())
+		}
+		return b.String()
+	})
+	t.Logf("bytes per line without a session: the application's three members %.0f, a line at the W3C limits %.0f", typical, largest)
+	if typical > 1.5*1024 || largest > 20*1024 {
+		t.Errorf("an entry keeps %.0f B (three members) and %.0f B (largest) alive: more than the 1.5 KiB and 20 KiB the package note allows", typical, largest)
 	}
 }

@@ -122,6 +122,16 @@ func FuzzInboundCache(f *testing.F) {
 		f.Add(full, second, false, false, true)
 	}
 	f.Add("session.chat_id=c", "session.chat_id=c", true, true, false)
+	// Lines that name no session: the cache of such lines serves the same
+	// line byte for byte, and nothing else.
+	const app = "app.tenant=t-42,app.plan=pro,app.region=eu-west-1"
+	for _, second := range []string{app, "app.tenant=t-43,app.plan=pro,app.region=eu-west-1",
+		"app.plan=pro,app.tenant=t-42,app.region=eu-west-1", app + ",", app + " ", app + ";p=1", app + ",app.tenant=t-1"} {
+		f.Add(app, second, false, false, true)
+		f.Add(app, second, true, true, false)
+	}
+	f.Add("app.a=1;p=2", "app.a=1;p=2", true, false, true)
+	f.Add("app.a=1,app.a=2", "app.a=1,app.a=2", true, true, false)
 	// The same members in another order: the parser's last one wins.
 	f.Add("app.a=1,app.a=2,session.chat_id=c,session.message_id=1", "app.a=2,app.a=1,session.chat_id=c,session.message_id=2", true, false, false)
 	f.Add("app.a=1,app.a,session.chat_id=c,session.message_id=1", "app.a,app.a=1,session.chat_id=c,session.message_id=2", true, false, false)
@@ -401,5 +411,106 @@ func TestInboundCacheSignedSessions(t *testing.T) {
 	plain = propagation.NewInbound(bySignature, propagation.WithCacheSize(0))
 	for i, m := range msgs[:6] {
 		check(fmt.Sprint("without a verifier, message ", i), m, true)
+	}
+}
+
+// TestQuietLineCache walks through the cache of lines that name no session:
+// a line carrying only the application's baggage is served from the
+// cache from its third extraction (noted, entry made, served), only when
+// it comes again byte for byte, and into a context whose own session is
+// Reset, as without the cache; a line the policy hands to OpenTelemetry's
+// parser (not simple) is never kept, and a policy without a cache serves
+// nothing.
+func TestQuietLineCache(t *testing.T) {
+	const app = "app.tenant=t-42,app.plan=pro,app.region=eu-west-1"
+	bound := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "old", UISessionID: "ui"})
+	check := func(t *testing.T, p *propagation.Inbound, base context.Context, line string, header bool, wantServed uint64) {
+		t.Helper()
+		before := p.Counts().CachedNoSession
+		got := outcomeOf(extractLine(p, base, line, header, false))
+		want := outcomeOf(extractLine(propagation.NewInbound(trustNamed, propagation.WithCacheSize(0)), base, line, header, false))
+		if !got.equal(want) {
+			t.Fatalf("%q extracted as\n%+v\nwithout the cache:\n%+v", line, got, want)
+		}
+		if served := p.Counts().CachedNoSession - before; served != wantServed {
+			t.Fatalf("%q: %d served from the cache, want %d", line, served, wantServed)
+		}
+	}
+	for _, header := range []bool{false, true} {
+		t.Run(fmt.Sprintf("header=%v", header), func(t *testing.T) {
+			p := propagation.NewInbound(trustNamed)
+			check(t, p, context.Background(), app, header, 0) // noted
+			check(t, p, context.Background(), app, header, 0) // entry made
+			check(t, p, context.Background(), app, header, 1)
+			check(t, p, bound, app, header, 1) // the base's session is Reset
+			for _, other := range []string{
+				"app.tenant=t-43,app.plan=pro,app.region=eu-west-1",
+				"app.plan=pro,app.tenant=t-42,app.region=eu-west-1", // the same members: another line
+				app + ",app.x=1",
+				app[:len(app)-1],
+			} {
+				check(t, p, context.Background(), other, header, 0)
+			}
+			check(t, p, context.Background(), app, header, 1)
+			if c := p.Counts(); c.Accepted+c.Untrusted+c.Rejected+c.Cached != 0 {
+				t.Fatalf("lines without a session were counted as sessions: %+v", c)
+			}
+		})
+	}
+	t.Run("not simple", func(t *testing.T) {
+		p := propagation.NewInbound(trustNamed)
+		for _, line := range []string{"app.a=1;p=2", "app.a=1, app.b=2", "app.a=1,,app.b=2"} {
+			for range 4 {
+				check(t, p, context.Background(), line, false, 0)
+			}
+		}
+	})
+	t.Run("cache off", func(t *testing.T) {
+		p := propagation.NewInbound(trustNamed, propagation.WithCacheSize(0))
+		for range 4 {
+			check(t, p, context.Background(), app, false, 0)
+		}
+	})
+	t.Run("a session line", func(t *testing.T) {
+		// A line naming a session key in any spelling is the policy's to
+		// judge: never served from the table of lines without one.
+		p := propagation.NewInbound(trustNamed)
+		for range 4 {
+			check(t, p, context.Background(), app+",Session.Chat_ID=c", false, 0)
+		}
+	})
+}
+
+// TestQuietLineCacheConcurrentLines extracts eight lines without a session,
+// each with its own tenant, from four goroutines at once through one
+// policy with a small cache (32 lines without a session, in sets of four):
+// every context holds its own line's members, whichever entry served it.
+func TestQuietLineCacheConcurrentLines(t *testing.T) {
+	p := propagation.NewInbound(propagation.TrustAll, propagation.WithCacheSize(128))
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				n := (i*5 + w) % 8
+				line := fmt.Sprintf("app.tenant=t-%d,app.plan=pro", n)
+				ctx, err := extractLine(p, context.Background(), line, i%2 == 0, true)
+				if got := baggage.FromContext(ctx).Member("app.tenant").Value(); err != nil || got != fmt.Sprintf("t-%d", n) {
+					errs <- fmt.Errorf("line %q: tenant %q, error %v", line, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Two lines whose notes share a slot of the table of lines seen once,
+	// and which keep coming in turn, may never make an entry: the count
+	// only shows that entries served lines while others were made.
+	if c := p.Counts(); c.CachedNoSession < 4*2000/8 {
+		t.Fatalf("only %d of %d lines served from the cache", c.CachedNoSession, 4*2000)
 	}
 }

@@ -3,6 +3,7 @@ package grpcsession_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"testing"
 
@@ -236,23 +237,31 @@ func BenchmarkSteps(b *testing.B) {
 			}
 		})
 	}
-	// edgeStep is the recommended server configuration's step for a call
-	// whose incoming context is in; check looks at what the handler got.
-	edgeStep := func(in context.Context, check func(b *testing.B)) func(b *testing.B) {
+	// edgeCalls is the recommended server configuration's step, with the
+	// inbound policy given, for the calls whose incoming contexts are in,
+	// in turn; check looks at what the handler got last.
+	edgeCalls := func(in []context.Context, policy *propagation.Inbound, check func(b *testing.B)) func(b *testing.B) {
 		return func(b *testing.B) {
-			edge := grpcsession.New(grpcsession.WithPropagator(w3c),
-				grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0))))
+			edge := grpcsession.New(grpcsession.WithPropagator(w3c), grpcsession.WithInbound(policy))
 			interceptor, prop := edge.UnaryServerInterceptor(), edge.Propagator()
 			b.ReportAllocs()
 			stop := benchcpu.Time(b)
+			i := 0
 			for b.Loop() {
-				if _, err := interceptor(otelExtract(in, prop), nil, info, handler); err != nil {
+				if _, err := interceptor(otelExtract(in[i%len(in)], prop), nil, info, handler); err != nil {
 					b.Fatal(err)
 				}
+				i++
 			}
 			stop()
 			check(b)
 		}
+	}
+	// edgeStep is the recommended server configuration's step for a call
+	// whose incoming context is in, the policy's cache off; check looks at
+	// what the handler got.
+	edgeStep := func(in context.Context, check func(b *testing.B)) func(b *testing.B) {
+		return edgeCalls([]context.Context{in}, propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)), check)
 	}
 	b.Run("server/otelgrpc_given_edge_propagator", edgeStep(incoming, func(b *testing.B) {
 		if got := otelsession.FromContext(sink); got != sent {
@@ -318,6 +327,50 @@ func BenchmarkSteps(b *testing.B) {
 			b.Fatal("the handler lost the application's baggage")
 		}
 	}))
+	// The same call again and again through an Edge whose policy keeps its
+	// cache (the default): from the third, the line's baggage is served
+	// from the cache of lines that name no session.
+	b.Run("server_foreign_baggage/otelgrpc_given_edge_propagator_cached", func(b *testing.B) {
+		policy := propagation.NewInbound(propagation.TrustLoopback())
+		edgeCalls([]context.Context{foreign}, policy, func(b *testing.B) {
+			if baggage.FromContext(sink).Member("app.tenant").Value() != "t-42" {
+				b.Fatal("the handler lost the application's baggage")
+			}
+			if n := policy.Counts().CachedNoSession; n == 0 {
+				b.Fatal("no line was served from the cache")
+			}
+		})(b)
+	})
+	// 4,096 calls in turn, each line of its own (a request id among the
+	// application's members), through the Edge with its cache: no line
+	// comes back before its note is overwritten, so each costs the cache
+	// its hash and a note, beside raw otelgrpc on the same calls.
+	uniqueCalls := make([]context.Context, 4096)
+	for i := range uniqueCalls {
+		m := maps.Clone(foreignMD)
+		m["baggage"] = []string{fmt.Sprintf("app.tenant=t-42,app.plan=pro,app.request=r-%06d", i)}
+		uniqueCalls[i] = peer.NewContext(metadata.NewIncomingContext(context.Background(), m), pr)
+	}
+	b.Run("server_foreign_baggage_first_seen/otelgrpc", func(b *testing.B) {
+		b.ReportAllocs()
+		defer benchcpu.Time(b)()
+		i := 0
+		for b.Loop() {
+			sink = otelExtract(uniqueCalls[i%len(uniqueCalls)], w3c)
+			i++
+		}
+	})
+	b.Run("server_foreign_baggage_first_seen/otelgrpc_given_edge_propagator", func(b *testing.B) {
+		policy := propagation.NewInbound(propagation.TrustLoopback())
+		edgeCalls(uniqueCalls, policy, func(b *testing.B) {
+			if baggage.FromContext(sink).Member("app.request").Value() == "" {
+				b.Fatal("the handler lost the application's baggage")
+			}
+			if n := policy.Counts().CachedNoSession; n != 0 {
+				b.Fatalf("%d lines seen once served from the cache", n)
+			}
+		})(b)
+	})
 
 	conn, err := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

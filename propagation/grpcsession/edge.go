@@ -236,7 +236,7 @@ func (p edgePropagator) Extract(ctx context.Context, carrier otelprop.TextMapCar
 	// the caller is described only for a call that may carry a session.
 	quiet := stockprop.NoSession(prop, carrier, first)
 	if quiet {
-		out = stockprop.Extract(ctx, prop, carrier, first)
+		out = stockprop.Extract(c.inbound, ctx, prop, carrier, first)
 	} else {
 		// otelgrpc's carrier has no Values method, so the policy reads
 		// the one line once; any other carrier is Inbound.Extract's

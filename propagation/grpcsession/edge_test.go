@@ -594,3 +594,39 @@ func TestEdgeServesAConversationFromTheInboundCache(t *testing.T) {
 		t.Fatalf("counts %+v: want %d accepted, %d of them from the cache", n, calls, calls-2)
 	}
 }
+
+// Calls carrying only the application's own baggage, of two tenants,
+// through an Edge whose policy keeps a cache: from each line's third call
+// its baggage is served from the cache of lines that name no session, and
+// every handler holds its own call's baggage, no session, and its own
+// trace. The cache is the smallest, so that both lines share its one set
+// (and its four notes of lines seen once: each line comes three times in a
+// row first, so that the other's note cannot overwrite its own).
+func TestEdgeServesTheApplicationsBaggageFromTheInboundCache(t *testing.T) {
+	tp, _ := edgeTracing(t)
+	svc := newService()
+	policy := propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(4))
+	addr := edgeServer(t, svc, tp, grpcsession.New(grpcsession.WithInbound(policy)))
+	c := edgeClient(t, addr, tp, grpcsession.New(allowAll))
+	tenants := []int{0, 0, 0, 1, 1, 1, 0, 1, 0, 1}
+	for i, n := range tenants {
+		tenant := fmt.Sprint("t-", n)
+		m, _ := baggage.NewMemberRaw("app.tenant", tenant)
+		b, _ := baggage.New(m)
+		ctx := trace.ContextWithSpanContext(baggage.ContextWithBaggage(context.Background(), b), trace.SpanContextFromContext(bound()))
+		unary(t, ctx, c)
+		got := svc.next(t)
+		if got.inContext != "app.tenant="+tenant {
+			t.Fatalf("call %d: the handler's baggage is %q, want app.tenant=%s", i, got.inContext, tenant)
+		}
+		if len(got.session) != 0 {
+			t.Fatalf("call %d: the handler holds a session: %v", i, got.session)
+		}
+		if got.spanContext.TraceID() != trace.SpanContextFromContext(bound()).TraceID() {
+			t.Fatalf("call %d: the handler's trace is %s", i, got.spanContext.TraceID())
+		}
+	}
+	if n := policy.Counts(); n.CachedNoSession != uint64(len(tenants)-4) || n.Accepted+n.Untrusted+n.Rejected != 0 {
+		t.Fatalf("counts %+v: want %d lines served from the cache, no session judged", n, len(tenants)-4)
+	}
+}

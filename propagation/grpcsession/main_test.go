@@ -52,6 +52,8 @@ type received struct {
 	baggage     []string                     // the "baggage" entries of the incoming metadata it can read
 	binary      []string                     // its "baggage-bin" entries
 	spanContext trace.SpanContext
+	// inContext is the baggage of the handler's context, as a line.
+	inContext string
 }
 
 // hasSessionMember reports whether the metadata the handler could read holds
@@ -90,7 +92,8 @@ func sessionOf(ctx context.Context) map[otelsession.Field]string {
 
 func record(ctx context.Context, method string) received {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return received{method: method, session: sessionOf(ctx), baggage: md.Get("baggage"), binary: md.Get("baggage-bin"), spanContext: trace.SpanContextFromContext(ctx)}
+	return received{method: method, session: sessionOf(ctx), baggage: md.Get("baggage"), binary: md.Get("baggage-bin"),
+		spanContext: trace.SpanContextFromContext(ctx), inContext: baggage.FromContext(ctx).String()}
 }
 
 // service is the TestService of grpc's interop tests: UnaryCall and

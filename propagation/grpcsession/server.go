@@ -139,7 +139,7 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if binErr == nil && len(lines) == 1 && stockprop.NoSession(prop, extractFrom, lines[0]) {
 		// As in the Edge's propagator: the policy's step for a line that
 		// names no session, which consults no peer.
-		out = stockprop.Extract(base, prop, extractFrom, lines[0])
+		out = stockprop.Extract(c.inbound, base, prop, extractFrom, lines[0])
 	} else {
 		out, err = c.inbound.Extract(base, prop, extractFrom, peerOf(ctx, authority))
 	}

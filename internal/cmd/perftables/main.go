@@ -28,7 +28,7 @@ var pkgs = []struct{ dir, bench string }{
 	{"propagation/kafkasession", "."},
 	{"propagation/amqpsession", "."},
 	{"propagation/execsession", "^BenchmarkEnviron$/^Environ"},
-	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|client)$"},
+	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|server_foreign_baggage_first_seen|client)$"},
 }
 
 // pythonBench is measured beside the packages, in the same rounds: the
@@ -132,7 +132,9 @@ var tables = []table{
 		{"gRPC server: `otelgrpc` given `ExceptBaggage` + the inbound policy (the cache off)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_except_baggage+policy", "BenchmarkSteps/server/otelgrpc", ""},
 		{"gRPC server, `otelgrpc` given W3C too (baggage parsed twice; the cache off)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/server/otelgrpc", ""},
 		{"gRPC server: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended; the cache off)", "propagation/grpcsession", "BenchmarkSteps/server/otelgrpc_given_edge_propagator", "BenchmarkSteps/server/otelgrpc", ""},
-		{"gRPC server, a call carrying only the application's own baggage: the `Edge` (recommended)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage/otelgrpc", ""},
+		{"gRPC server, a call carrying only the application's own baggage: the `Edge` (recommended; the cache off)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage/otelgrpc", ""},
+		{"gRPC server, the application's own baggage, 4,096 calls in turn, each line of its own (first seen: the cache notes it)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage_first_seen/otelgrpc_given_edge_propagator", "BenchmarkSteps/server_foreign_baggage_first_seen/otelgrpc", ""},
+		{"gRPC server, the application's own baggage, the same line again (served from the cache)", "propagation/grpcsession", "BenchmarkSteps/server_foreign_baggage/otelgrpc_given_edge_propagator_cached", "BenchmarkSteps/server_foreign_baggage/otelgrpc", ""},
 		{"gRPC client: `otelgrpc` given `ExceptBaggage` + the outbound policy", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_except_baggage+policy", "BenchmarkSteps/client/otelgrpc", ""},
 		{"gRPC client, `otelgrpc` given W3C too (baggage written twice)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_W3C_too+policy", "BenchmarkSteps/client/otelgrpc", ""},
 		{"gRPC client: `otelgrpc` given `Edge.Propagator()` + the `Edge`'s interceptor (recommended)", "propagation/grpcsession", "BenchmarkSteps/client/otelgrpc_given_edge_propagator", "BenchmarkSteps/client/otelgrpc", ""},

@@ -69,12 +69,14 @@ func NoSession(prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier,
 // context's own session Reset (work never inherits the caller's), then
 // prop's extraction, returned as it is (a simple line's baggage built by
 // OpenTelemetry's constructors rather than its parser, with the same
-// result). Package propagation, which owns the policy, sets it when it
-// loads, and its Inbound.Extract takes the same step for such a carrier; a
-// transport that has asked NoSession itself (grpcsession's Edge, which then
-// need not describe the caller) calls this instead of asking the policy to
-// find it out again.
-var Extract func(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) context.Context
+// result, or served from the policy's cache of such lines). policy is the
+// *propagation.Inbound whose cache serves the line, nil for none. Package
+// propagation, which owns the policy, sets it when it loads, and its
+// Inbound.Extract takes the same step for such a carrier; a transport that
+// has asked NoSession itself (grpcsession's Edge, which then need not
+// describe the caller) calls this instead of asking the policy to find it
+// out again.
+var Extract func(policy any, ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) context.Context
 
 // NamesNoSession reports whether line, a W3C baggage line, holds no
 // session member once OpenTelemetry's W3C propagator parsed it alone: it is
