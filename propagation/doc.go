@@ -77,7 +77,9 @@
 // would parse the whole line again, and the same context the full path
 // returns; the raw scan, the signature or the peer, the counts and the
 // metrics are those of every message ([Counts].Cached counts what it
-// served).
+// served). It keeps lines that name no session too (a call carrying only
+// the application's own baggage): the same line again, byte for byte, gets
+// the baggage built from it the last time ([Counts].CachedNoSession).
 //
 // # Beside other instrumentation
 //
