@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -16,6 +17,7 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -420,4 +422,46 @@ func mustMember(t *testing.T, k, v string) baggage.Member {
 func setMeterProvider(mp *sdkmetric.MeterProvider) (restore func()) {
 	otel.SetMeterProvider(mp)
 	return func() { _ = mp.Shutdown(context.Background()) }
+}
+
+// FuzzOutboundWritesTheBaggage: for a session bound from any values (some
+// refused, some Cleared), perhaps changed by With or beside the
+// application's member, and a span, the allowed outbound policy writes the
+// members of the context's baggage, each as OpenTelemetry's W3C propagator
+// encodes it, and the trace context it writes: whether it wrote the line
+// from the writer's record (sessionstate.WireLine) or let the propagator
+// write it.
+func FuzzOutboundWritesTheBaggage(f *testing.F) {
+	f.Add("telegram", "-100 «ops», 100%", "17585", "", true, false)
+	f.Add("", "\x00", "a;b=c", "x", false, true)
+	f.Add("slack", "C1", "", "日本", true, true)
+	f.Fuzz(func(t *testing.T, platform, chat, thread, with string, stateless, app bool) {
+		ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+		}))
+		if app {
+			m, _ := baggage.NewMemberRaw("app.tenant", "t-42")
+			b, _ := baggage.New(m)
+			ctx = baggage.ContextWithBaggage(ctx, b)
+		}
+		s := otelsession.Session{Platform: platform, ChatID: chat, ThreadID: thread, UserID: "u1", Stateless: stateless}
+		ctx = otelsession.Bind(ctx, s)
+		if with != "" {
+			ctx = otelsession.With(ctx, otelsession.FieldUserName, with)
+		}
+		got := otelprop.MapCarrier{}
+		if err := propagation.NewOutbound(propagation.AllowAll).Inject(ctx, w3cProp, got, propagation.Dest{Transport: "fuzz", Name: "d"}); err != nil {
+			t.Fatal(err)
+		}
+		want := otelprop.MapCarrier{}
+		w3cProp.Inject(ctx, want)
+		split := func(line string) []string {
+			ms := strings.Split(line, ",")
+			slices.Sort(ms)
+			return ms
+		}
+		if !slices.Equal(split(got["baggage"]), split(want["baggage"])) || got["traceparent"] != want["traceparent"] {
+			t.Fatalf("the policy wrote %q, OpenTelemetry's propagator writes %q", got, want)
+		}
+	})
 }

@@ -15,6 +15,13 @@ import (
 // known: the caller checks the baggage itself. Set by otelsession's init.
 var Checked = func(ctx context.Context, b baggage.Baggage) (present, ok bool) { return false, false }
 
+// WireLine returns, when ok, the W3C baggage line OpenTelemetry's W3C
+// propagator would write for b, the baggage the caller read from ctx, but
+// for the order of its members: for a baggage an otelsession writer built
+// that holds session members only, written from the record of its values.
+// ok false means the propagator writes b. Set by otelsession's init.
+var WireLine = func(ctx context.Context, b baggage.Baggage) (line string, ok bool) { return "", false }
+
 // HasLocal reports whether ctx holds session state that lives beside the
 // baggage (local fields, the working directory, the delegated-child mark,
 // the record of a checked baggage), whatever its values. Set by

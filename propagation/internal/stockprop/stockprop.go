@@ -131,3 +131,31 @@ func exceptBaggage(ctx context.Context, prop otelprop.TextMapPropagator, carrier
 	}
 	return ctx
 }
+
+// InjectLine is prop.Inject into carrier with line as what its W3C baggage
+// propagator writes: the same line but for the order of its members (see
+// sessionstate.WireLine), set as the propagator sets it (not at all when
+// empty); prop's other parts inject as they do. prop must be known
+// (Baggage reports known), else it writes nothing.
+func InjectLine(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string) {
+	injectLine(ctx, prop, carrier, line, 0)
+}
+
+func injectLine(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, line string, depth int) {
+	switch prop.(type) {
+	case otelprop.Baggage:
+		if line != "" {
+			carrier.Set("baggage", line)
+		}
+		return
+	case otelprop.TraceContext:
+		prop.Inject(ctx, carrier)
+		return
+	}
+	if prop == nil || depth > 3 || !compositeIsSlice || reflect.TypeOf(prop) != compositeType {
+		return
+	}
+	for _, p := range compositeParts(prop) {
+		injectLine(ctx, p, carrier, line, depth+1)
+	}
+}

@@ -1,0 +1,131 @@
+package otelsession
+
+import (
+	"context"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/sessionwire/sessionwire/internal/sessionstate"
+)
+
+// The W3C line of a baggage a writer built. OpenTelemetry's W3C propagator
+// writes a baggage as Baggage.String: every member encoded on its own
+// (Member.String: the key checked, the value escaped, one string each) and
+// the strings joined, most of an outbound step for a full session. A
+// baggage an otelsession writer built holds exactly the session members
+// its local state records (see apply: a record is made only when every
+// session member was set by the edit or kept from a baggage a writer had
+// recorded), with no properties and keys of the table, whose values the
+// record holds. wireLine writes the same members from the record into one
+// string, each value escaped as OpenTelemetry escapes it (valueEscapes,
+// learnt from OpenTelemetry itself); the outbound policy sends that line
+// where the W3C propagator would have written its own. The members come in
+// the table's order, where OpenTelemetry's come in its map's (which W3C
+// leaves free, and which differs from one call to the next):
+// TestWireLineIsTheBaggagesString and FuzzWireLine hold the line to
+// Baggage.String's members.
+
+// wireLine returns the W3C line of b, ctx's baggage, as OpenTelemetry's W3C
+// propagator would write it but for the order of its members, and true,
+// when b is the baggage ctx's local state records (a writer built it) and
+// holds session members only. Otherwise it returns false, and the caller
+// lets the propagator write b.
+func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
+	l := localFrom(ctx)
+	if l == nil || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
+		return "", false
+	}
+	r := &l.rec
+	// Two passes over the values: the line's exact length, then the line,
+	// in one allocation.
+	var vals [numFields]string
+	var set [numFields]bool
+	n, size := 0, 0
+	for _, f := range remoteFields {
+		i := int(f) - 1
+		v, st := r.Field(i)
+		switch st {
+		case sessionstate.Unset:
+			continue
+		case sessionstate.Cleared:
+			// The member as the baggage holds it: a writer writes
+			// ClearedValue, and a value kept from another writer's
+			// baggage is what that one wrote.
+			v = b.Member(fieldKeys[i]).Value()
+		}
+		vals[i], set[i] = v, true
+		n++
+		size += len(fieldKeys[i]) + 1 + escapedLen(v)
+	}
+	async := b.Member(AsyncDeliveryKey)
+	if async.Key() != "" {
+		n++
+		size += len(AsyncDeliveryKey) + 1 + escapedLen(async.Value())
+	}
+	if n != b.Len() {
+		// Members the record does not describe (the application's, kept
+		// beside the session): the propagator writes them.
+		return "", false
+	}
+	buf := make([]byte, 0, size+n-1)
+	for _, f := range remoteFields {
+		if i := int(f) - 1; set[i] {
+			buf = appendMember(buf, fieldKeys[i], vals[i])
+		}
+	}
+	if async.Key() != "" {
+		buf = appendMember(buf, AsyncDeliveryKey, async.Value())
+	}
+	// buf is not written again: the line is its bytes.
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), true
+}
+
+// appendMember appends ",key=value" to buf (no comma first), the value
+// escaped as OpenTelemetry escapes it.
+func appendMember(buf []byte, key, v string) []byte {
+	if len(buf) > 0 {
+		buf = append(buf, ',')
+	}
+	buf = append(buf, key...)
+	buf = append(buf, '=')
+	const hex = "0123456789ABCDEF"
+	start := 0
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; valueEscapes[c] {
+			buf = append(buf, v[start:i]...)
+			buf = append(buf, '%', hex[c>>4], hex[c&15])
+			start = i + 1
+		}
+	}
+	return append(buf, v[start:]...)
+}
+
+// escapedLen is the length of v escaped as OpenTelemetry escapes a value.
+func escapedLen(v string) int {
+	n := len(v)
+	for i := 0; i < len(v); i++ {
+		if valueEscapes[v[i]] {
+			n += 2
+		}
+	}
+	return n
+}
+
+// valueEscapes holds the bytes OpenTelemetry's Member.String writes as
+// "%XX" in a value, learnt from it at start-up: every byte that is not
+// UTF-8 on its own, '%', and the ASCII bytes W3C does not allow in a
+// value (TestValueEscapesAreOpenTelemetrys).
+var valueEscapes = func() (t [256]bool) {
+	for c := range 256 {
+		if c >= 0x80 {
+			t[c] = true
+			continue
+		}
+		m, err := baggage.NewMemberRaw("k", string(rune(c)))
+		t[c] = err != nil || m.String() != "k="+string(rune(c))
+	}
+	return t
+}()
+
+func init() { sessionstate.WireLine = wireLine }
