@@ -75,7 +75,9 @@ var profiles = []profile{
 		pkg: "propagation", bench: "^BenchmarkOutboundInject$/^signed$/^path=session$",
 		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`,
 		parts: []part{
-			{"the propagators writing the carrier (the raw path itself)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
+			{"the session's line written from the writer's record (otelsession's wireLine, where the raw path runs Baggage.String)", `^github.com/sessionwire/sessionwire/otelsession\.wireLine$`},
+			{"the trace context, and the line set into the carrier (stockprop.InjectLine)", `^github.com/sessionwire/sessionwire/propagation/internal/stockprop\.InjectLine$`},
+			{"the propagators writing the carrier (the raw path itself; only for a baggage no writer built)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
 			{"signing into the line the propagator wrote (appendTo)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Signer\)\.appendTo$`},
 			{"  of which reading the signed members (OpenTelemetry's Baggage.Member, one per signed key)", `^github.com/sessionwire/sessionwire/propagation\.\(\*signedValues\)\.gather$`},
 			{"  of which the HMAC", `^github.com/sessionwire/sessionwire/propagation\.\(\*macKey\)\.sum$`},
@@ -112,6 +114,7 @@ var profiles = []profile{
 		whole: `^github.com/sessionwire/sessionwire/propagation/execsession\.Config\.Environ$`,
 		parts: []part{
 			{"the outbound policy's injection (the raw path's envcar injection inside)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`},
+			{"  of which the session's line written from the writer's record (otelsession's wireLine, where the raw path runs Baggage.String)", `^github.com/sessionwire/sessionwire/otelsession\.wireLine$`},
 			{"reading every field for the legacy HERMES_* variables (otelsession.Range, the leak policy)", `^github.com/sessionwire/sessionwire/otelsession\.Range$`},
 			{"the propagator's variable names (OpenTelemetry's Fields)", `^github.com/sessionwire/sessionwire/propagation/execsession\.propagatorVars$`},
 		},
