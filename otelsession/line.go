@@ -33,44 +33,58 @@ import (
 // lets the propagator write b.
 func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 	l := localFrom(ctx)
-	if l == nil || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
+	if l == nil || l.foreign || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
 		return "", false
 	}
 	r := &l.rec
-	// Two passes over the values: the line's exact length, then the line,
-	// in one allocation.
-	var vals [numFields]string
-	var set [numFields]bool
-	n, size := 0, 0
+	// First the count alone, so that a baggage with members the record
+	// does not describe (the application's, kept beside the session: the
+	// propagator writes them) costs one pass over the states.
+	var st [numFields]uint8
+	n := 0
 	for _, f := range remoteFields {
 		i := int(f) - 1
-		v, st := r.Field(i)
-		switch st {
+		if _, st[i] = r.Field(i); st[i] != sessionstate.Unset {
+			n++
+		}
+	}
+	var async baggage.Member
+	switch b.Len() - n {
+	case 0:
+	case 1:
+		// The async capability is the one session member not a field.
+		if async = b.Member(AsyncDeliveryKey); async.Key() == "" {
+			return "", false
+		}
+		n++
+	default:
+		return "", false
+	}
+	// Then the values and the line's exact length, and the line, in one
+	// allocation.
+	var vals [numFields]string
+	size := 0
+	for _, f := range remoteFields {
+		i := int(f) - 1
+		switch st[i] {
 		case sessionstate.Unset:
 			continue
 		case sessionstate.Cleared:
 			// The member as the baggage holds it: a writer writes
 			// ClearedValue, and a value kept from another writer's
 			// baggage is what that one wrote.
-			v = b.Member(fieldKeys[i]).Value()
+			vals[i] = b.Member(fieldKeys[i]).Value()
+		default:
+			vals[i], _ = r.Field(i)
 		}
-		vals[i], set[i] = v, true
-		n++
-		size += len(fieldKeys[i]) + 1 + escapedLen(v)
+		size += len(fieldKeys[i]) + 1 + escapedLen(vals[i])
 	}
-	async := b.Member(AsyncDeliveryKey)
 	if async.Key() != "" {
-		n++
 		size += len(AsyncDeliveryKey) + 1 + escapedLen(async.Value())
-	}
-	if n != b.Len() {
-		// Members the record does not describe (the application's, kept
-		// beside the session): the propagator writes them.
-		return "", false
 	}
 	buf := make([]byte, 0, size+n-1)
 	for _, f := range remoteFields {
-		if i := int(f) - 1; set[i] {
+		if i := int(f) - 1; st[i] != sessionstate.Unset {
 			buf = appendMember(buf, fieldKeys[i], vals[i])
 		}
 	}

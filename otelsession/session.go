@@ -107,7 +107,7 @@ func (s *Session) values() (vals [numFields]string, st [numFields]State) {
 func (s Session) Validate() error {
 	e, errs, _ := bindEdit(s)
 	if len(errs) == 0 {
-		if _, _, err := e.baggage(baggage.Baggage{}); errors.Is(err, ErrSessionTooLarge) {
+		if _, _, _, err := e.baggage(baggage.Baggage{}); errors.Is(err, ErrSessionTooLarge) {
 			errs = append(errs, err)
 		}
 	}

@@ -76,6 +76,10 @@ type local struct {
 	rec sessionstate.Record
 	// checkedPresent is whether rec.B holds any session member.
 	checkedPresent bool
+	// foreign is whether rec.B holds members that are not the session's
+	// (the application's, kept beside it), which the record does not
+	// describe: its W3C line is then the propagator's to write (wireLine).
+	foreign bool
 }
 
 // localValues is a local state and the values of its record, allocated
