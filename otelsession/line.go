@@ -23,8 +23,9 @@ import (
 // where the W3C propagator would have written its own. The members come in
 // the table's order, where OpenTelemetry's come in its map's (which W3C
 // leaves free, and which differs from one call to the next):
-// TestWireLineIsTheBaggagesString and FuzzWireLine hold the line to
-// Baggage.String's members.
+// TestWireLineIsTheBaggagesString holds the line to Baggage.String's
+// members, and TestValueEscapesAreOpenTelemetrys and FuzzWireLineMember
+// each member to Member.String.
 
 // wireLine returns the W3C line of b, ctx's baggage, as OpenTelemetry's W3C
 // propagator would write it but for the order of its members, and true,
@@ -37,35 +38,17 @@ func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 		return "", false
 	}
 	r := &l.rec
-	// First the count alone, so that a baggage with members the record
-	// does not describe (the application's, kept beside the session: the
-	// propagator writes them) costs one pass over the states.
+	// The states, the values and the line's exact length in one pass, then
+	// the line in one allocation. l.foreign already answered for a
+	// baggage with the application's members: what the record describes
+	// is all there is but for the async capability, the one session
+	// member that is not a field.
 	var st [numFields]uint8
-	n := 0
-	for _, f := range remoteFields {
-		i := int(f) - 1
-		if _, st[i] = r.Field(i); st[i] != sessionstate.Unset {
-			n++
-		}
-	}
-	var async baggage.Member
-	switch b.Len() - n {
-	case 0:
-	case 1:
-		// The async capability is the one session member not a field.
-		if async = b.Member(AsyncDeliveryKey); async.Key() == "" {
-			return "", false
-		}
-		n++
-	default:
-		return "", false
-	}
-	// Then the values and the line's exact length, and the line, in one
-	// allocation.
 	var vals [numFields]string
-	size := 0
+	n, size := 0, 0
 	for _, f := range remoteFields {
 		i := int(f) - 1
+		vals[i], st[i] = r.Field(i)
 		switch st[i] {
 		case sessionstate.Unset:
 			continue
@@ -74,13 +57,22 @@ func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 			// ClearedValue, and a value kept from another writer's
 			// baggage is what that one wrote.
 			vals[i] = b.Member(fieldKeys[i]).Value()
-		default:
-			vals[i], _ = r.Field(i)
 		}
+		n++
 		size += len(fieldKeys[i]) + 1 + escapedLen(vals[i])
 	}
-	if async.Key() != "" {
+	var async baggage.Member
+	switch b.Len() - n {
+	case 0:
+	case 1:
+		if async = b.Member(AsyncDeliveryKey); async.Key() == "" {
+			return "", false
+		}
+		n++
 		size += len(AsyncDeliveryKey) + 1 + escapedLen(async.Value())
+	default:
+		// Members the record does not describe: the propagator writes them.
+		return "", false
 	}
 	buf := make([]byte, 0, size+n-1)
 	for _, f := range remoteFields {
