@@ -297,12 +297,27 @@ func fmix(h uint64) uint64 {
 // admit reports whether k's line may make an entry: its key was seen
 // before. A first sight is noted instead.
 func (c *inboundCache) admit(k *lineKey) bool {
-	slot := &c.seen[k.h>>7&uint64(len(c.seen)-1)]
+	slot := noteSlot(c.seen, k.h)
 	if slot.Load() == k.h {
 		return true
 	}
 	slot.Store(k.h)
 	return false
+}
+
+// noteSlot is the slot of seen that notes the hash h of a line seen once.
+func noteSlot(seen []atomic.Uint64, h uint64) *atomic.Uint64 {
+	return &seen[h>>7&uint64(len(seen)-1)]
+}
+
+// insert puts v into a free slot of set, else into the one next picks.
+func insert[T any](set []atomic.Pointer[T], next *atomic.Uint32, v *T) {
+	for i := range set {
+		if set[i].Load() == nil && set[i].CompareAndSwap(nil, v) {
+			return
+		}
+	}
+	set[next.Add(1)%uint32(len(set))].Store(v)
 }
 
 // remember makes an entry of k's line, accepted into b (the baggage
@@ -337,13 +352,7 @@ func (c *inboundCache) remember(k *lineKey, b baggage.Baggage, r *sessionstate.R
 	}
 	a.h, a.msgID, a.extra, a.bag, a.rec = k.h, k.msgID, extra, b, rec
 	copy(a.members, k.members[:k.n])
-	set := c.set(k.h)
-	for i := range set {
-		if set[i].Load() == nil && set[i].CompareAndSwap(nil, a) {
-			return
-		}
-	}
-	set[c.next.Add(1)%inboundWays].Store(a)
+	insert(c.set(k.h), &c.next, a)
 }
 
 // newAcceptedLine returns an entry with room for n members, allocated with
@@ -483,8 +492,7 @@ func (c *inboundCache) quietHash(line string) uint64 {
 // quietLookup returns the baggage of the entry for line, whose hash is h,
 // and true; false when the table holds none.
 func (c *inboundCache) quietLookup(h uint64, line string) (baggage.Baggage, bool) {
-	i := (h & c.quiet.mask) * quietWays
-	set := c.quiet.slots[i : i+quietWays : i+quietWays]
+	set := c.quietSet(h)
 	for j := range set {
 		if q := set[j].Load(); q != nil && q.h == h && q.line == line {
 			return q.bag, true
@@ -493,31 +501,11 @@ func (c *inboundCache) quietLookup(h uint64, line string) (baggage.Baggage, bool
 	return baggage.Baggage{}, false
 }
 
-// quietRemember makes an entry of line, whose hash is h, when it was seen
-// before; otherwise it notes it. line is a simple line.
-func (c *inboundCache) quietRemember(h uint64, line string) {
-	slot := &c.quiet.seen[h>>7&uint64(len(c.quiet.seen)-1)]
-	if slot.Load() != h {
-		slot.Store(h)
-		return
-	}
-	// The entry's own copy of the line, and a baggage built from it, so
-	// that it keeps no more alive than the line itself: a carrier's value
-	// may share the memory of a larger message.
-	own := strings.Clone(line)
-	b, ok := simpleBaggage(own)
-	if !ok {
-		return
-	}
-	q := &quietLine{h: h, line: own, bag: b}
+// quietSet returns the slots of the set of hash h in the table of lines
+// that name no session.
+func (c *inboundCache) quietSet(h uint64) []atomic.Pointer[quietLine] {
 	i := (h & c.quiet.mask) * quietWays
-	set := c.quiet.slots[i : i+quietWays : i+quietWays]
-	for j := range set {
-		if set[j].Load() == nil && set[j].CompareAndSwap(nil, q) {
-			return
-		}
-	}
-	set[c.quiet.next.Add(1)%quietWays].Store(q)
+	return c.quiet.slots[i : i+quietWays : i+quietWays]
 }
 
 // extractQuiet is Inbound.Extract's step for a carrier whose one baggage
@@ -535,10 +523,23 @@ func (p *Inbound) extractQuiet(ctx context.Context, prop otelprop.TextMapPropaga
 		p.n.cachedNoSession.Add(1)
 		return extractWith(ctx, prop, carrier, b)
 	}
-	b, ok := simpleBaggage(line)
-	if !ok {
-		return resetAndExtract(ctx, prop, carrier)
+	// A simple line seen before makes an entry, built from a copy of its
+	// own, so that the entry keeps no more alive than the line (a
+	// carrier's value may share the memory of a larger message); a simple
+	// line seen once is only noted.
+	slot := noteSlot(c.quiet.seen, h)
+	seen := slot.Load() == h
+	if seen {
+		line = strings.Clone(line)
 	}
-	c.quietRemember(h, line)
+	b, ok := simpleBaggage(line)
+	switch {
+	case !ok:
+		return resetAndExtract(ctx, prop, carrier)
+	case seen:
+		insert(c.quietSet(h), &c.quiet.next, &quietLine{h: h, line: line, bag: b})
+	default:
+		slot.Store(h)
+	}
 	return extractWith(ctx, prop, carrier, b)
 }
