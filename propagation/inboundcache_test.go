@@ -420,7 +420,8 @@ func TestInboundCacheSignedSessions(t *testing.T) {
 // it comes again byte for byte, and into a context whose own session is
 // Reset, as without the cache; a line the policy hands to OpenTelemetry's
 // parser (not simple) is never kept, and a policy without a cache serves
-// nothing.
+// nothing. The cache is the smallest, one set of four, so that every line
+// is looked up where the entry of another is.
 func TestQuietLineCache(t *testing.T) {
 	const app = "app.tenant=t-42,app.plan=pro,app.region=eu-west-1"
 	bound := otelsession.Bind(context.Background(), otelsession.Session{Platform: "slack", ChatID: "old", UISessionID: "ui"})
@@ -438,7 +439,7 @@ func TestQuietLineCache(t *testing.T) {
 	}
 	for _, header := range []bool{false, true} {
 		t.Run(fmt.Sprintf("header=%v", header), func(t *testing.T) {
-			p := propagation.NewInbound(trustNamed)
+			p := propagation.NewInbound(trustNamed, propagation.WithCacheSize(4))
 			check(t, p, context.Background(), app, header, 0) // noted
 			check(t, p, context.Background(), app, header, 0) // entry made
 			check(t, p, context.Background(), app, header, 1)
