@@ -76,7 +76,7 @@ var profiles = []profile{
 		whole: `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`,
 		parts: []part{
 			{"the session's line written from the writer's record (otelsession's wireLine, where the raw path runs Baggage.String)", `^github.com/sessionwire/sessionwire/otelsession\.wireLine$`},
-			{"the trace context, and the line set into the carrier (stockprop.InjectLine)", `^github.com/sessionwire/sessionwire/propagation/internal/stockprop\.InjectLine$`},
+			{"the trace context, and the line set into the carrier (stockprop.injectLine)", `^github.com/sessionwire/sessionwire/propagation/internal/stockprop\.injectLine$`},
 			{"the propagators writing the carrier (the raw path itself; only for a baggage no writer built)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
 			{"signing into the line the propagator wrote (appendTo)", `^github.com/sessionwire/sessionwire/propagation\.\(\*Signer\)\.appendTo$`},
 			{"  of which reading the signed members (OpenTelemetry's Baggage.Member, one per signed key)", `^github.com/sessionwire/sessionwire/propagation\.\(\*signedValues\)\.gather$`},
