@@ -127,10 +127,11 @@
 // sharing is safe; only sessions Bind accepts whole are kept. Beside the
 // local state, a writer also records the baggage map it built from values it
 // checked, so that an outbound policy ([propagation.Outbound]) need not read
-// them back while the context's baggage is still that map, and, when that
-// map holds the session alone, writes its W3C line from the record in one
-// string instead of having OpenTelemetry encode every member (the same
-// members, each escaped as OpenTelemetry escapes it).
+// them back while the context's baggage is still that map, and writes its
+// W3C line in one string instead of having OpenTelemetry encode every
+// member: the session's from the record, the application's members the
+// writer kept beside it looked up by the keys it noted (the same members,
+// each escaped as OpenTelemetry escapes it).
 //
 // # Limits and refused values
 //

@@ -17,32 +17,32 @@ import (
 // its local state records (see apply: a record is made only when every
 // session member was set by the edit or kept from a baggage a writer had
 // recorded), with no properties and keys of the table, whose values the
-// record holds. wireLine writes the same members from the record into one
-// string, each value escaped as OpenTelemetry escapes it (valueEscapes,
-// learnt from OpenTelemetry itself); the outbound policy sends that line
-// where the W3C propagator would have written its own. The members come in
-// the table's order, where OpenTelemetry's come in its map's (which W3C
-// leaves free, and which differs from one call to the next):
+// record holds, and the application's members the writer kept from the
+// baggage before it, whose keys the state notes (local.appKeys). wireLine
+// writes the same members into one string, the session's from the record
+// and the application's looked up by key, each value escaped as
+// OpenTelemetry escapes it (valueEscapes, learnt from OpenTelemetry
+// itself; a member with properties is OpenTelemetry's Member.String); the
+// outbound policy sends that line where the W3C propagator would have
+// written its own. The members come in the table's order, then the
+// application's, where OpenTelemetry's come in its map's (which W3C leaves
+// free, and which differs from one call to the next):
 // TestWireLineIsTheBaggagesString holds the line to Baggage.String's
 // members, and TestValueEscapesAreOpenTelemetrys and FuzzWireLineMember
 // each member to Member.String.
 
 // wireLine returns the W3C line of b, ctx's baggage, as OpenTelemetry's W3C
 // propagator would write it but for the order of its members, and true,
-// when b is the baggage ctx's local state records (a writer built it) and
-// holds session members only. Otherwise it returns false, and the caller
-// lets the propagator write b.
+// when b is the baggage ctx's local state records (a writer built it).
+// Otherwise it returns false, and the caller lets the propagator write b.
 func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 	l := localFrom(ctx)
-	if l == nil || l.foreign || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
+	if l == nil || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
 		return "", false
 	}
 	r := &l.rec
 	// The states, the values and the line's exact length in one pass, then
-	// the line in one allocation. l.foreign already answered for a
-	// baggage with the application's members: what the record describes
-	// is all there is but for the async capability, the one session
-	// member that is not a field.
+	// the line in one allocation.
 	var st [numFields]uint8
 	var vals [numFields]string
 	n, size := 0, 0
@@ -61,18 +61,47 @@ func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 		n++
 		size += len(fieldKeys[i]) + 1 + escapedLen(vals[i])
 	}
+	// The application's members the writer kept beside the session, looked
+	// up in b by the keys it noted. A member with properties is written by
+	// OpenTelemetry's own Member.String, which also leaves out a key it
+	// would not write (Baggage.String then leaves out the member).
+	var appBuf [8]appMember
+	app := appBuf[:0]
+	appKeys := l.appKeys()
+	for _, k := range appKeys {
+		m := b.Member(k)
+		if m.Key() == "" {
+			return "", false
+		}
+		a := appMember{key: k, v: m.Value()}
+		if len(m.Properties()) > 0 {
+			if a.whole, a.key = m.String(), ""; a.whole == "" {
+				continue
+			}
+			size += len(a.whole)
+		} else {
+			size += len(k) + 1 + escapedLen(a.v)
+		}
+		app = append(app, a)
+		n++
+	}
 	var async baggage.Member
-	switch b.Len() - n {
+	switch b.Len() - n - (len(appKeys) - len(app)) {
 	case 0:
 	case 1:
+		// The async capability: the one session member that is not a
+		// field.
 		if async = b.Member(AsyncDeliveryKey); async.Key() == "" {
 			return "", false
 		}
 		n++
 		size += len(AsyncDeliveryKey) + 1 + escapedLen(async.Value())
 	default:
-		// Members the record does not describe: the propagator writes them.
+		// Members neither the record nor the writer's note describes.
 		return "", false
+	}
+	if n == 0 {
+		return "", true
 	}
 	buf := make([]byte, 0, size+n-1)
 	for _, f := range remoteFields {
@@ -83,8 +112,25 @@ func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 	if async.Key() != "" {
 		buf = appendMember(buf, AsyncDeliveryKey, async.Value())
 	}
+	for _, a := range app {
+		if a.key == "" {
+			if len(buf) > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, a.whole...)
+			continue
+		}
+		buf = appendMember(buf, a.key, a.v)
+	}
 	// buf is not written again: the line is its bytes.
 	return unsafe.String(unsafe.SliceData(buf), len(buf)), true
+}
+
+// appMember is one of the application's members as wireLine writes it:
+// key and value, or whole, OpenTelemetry's encoding of a member with
+// properties (key then "").
+type appMember struct {
+	key, v, whole string
 }
 
 // appendMember appends ",key=value" to buf (no comma first), the value

@@ -51,9 +51,10 @@ func checkWireLine(t *testing.T, name string, ctx context.Context, wantOK bool) 
 // TestWireLineIsTheBaggagesString walks through the contexts the writers
 // return (a session bound, bound again from the cache for its next
 // message, fields set, Cleared and Unset, the async capability, a cron
-// job, Reset) and the ones wireLine must leave to the propagator: the
-// application's members beside the session, a baggage rebuilt by hand with
-// the same members, one an inbound policy would accept (no local state).
+// job, Reset, the application's members kept beside the session) and the
+// ones wireLine must leave to the propagator: a member the application set
+// after the writer, a baggage rebuilt by hand with the same members, one an
+// inbound policy would accept (no local state).
 func TestWireLineIsTheBaggagesString(t *testing.T) {
 	full := Session{
 		Platform: "telegram", Source: "gateway", ChatID: "-1001234567890", ChatType: "group",
@@ -79,11 +80,39 @@ func TestWireLineIsTheBaggagesString(t *testing.T) {
 	checkWireLine(t, "Bind of an empty session", Bind(bg, Session{}), true)
 	checkWireLine(t, "Reset of a session", Reset(ctx), false) // no member left
 
+	// The application's members the writers keep beside the session: plain,
+	// escaped, with properties (set through the API and parsed from a
+	// line); and one that had to be dropped to fit the W3C limits.
 	app, _ := baggage.NewMemberRaw("app.tenant", "acme")
-	withApp, _ := baggage.New(app)
-	checkWireLine(t, "the application's members beside the session",
-		Bind(baggage.ContextWithBaggage(bg, withApp), full), false)
-	checkWireLine(t, "Reset leaving the application's members", Reset(Bind(baggage.ContextWithBaggage(bg, withApp), full)), false)
+	escaped, _ := baggage.NewMemberRaw("app.note", "a b,c;d=«e» 100%")
+	prop, _ := baggage.NewKeyProperty("sampled")
+	propVal, _ := baggage.NewKeyValuePropertyRaw("ttl", "30 s")
+	withProps, _ := baggage.NewMemberRaw("app.flags", "x", prop, propVal)
+	withApp, _ := baggage.New(app, escaped, withProps)
+	appCtx := baggage.ContextWithBaggage(bg, withApp)
+	parsedApp, err := baggage.Parse("app.a=1;p1;p2=v%202,app.b=%C2%AB2%C2%BB ; q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := Bind(appCtx, full)
+	checkWireLine(t, "the application's members beside the session", bound, true)
+	checkWireLine(t, "members parsed from a line, with properties, beside the session",
+		Bind(baggage.ContextWithBaggage(bg, parsedApp), full), true)
+	checkWireLine(t, "With over a session beside the application's members", With(bound, FieldThreadID, "9"), true)
+	checkWireLine(t, "the stateless capability beside the application's members", DeclareStatelessChannel(bound), true)
+	checkWireLine(t, "Reset leaving the application's members", Reset(bound), true)
+	checkWireLine(t, "Clear beside the application's members", Clear(bound), true)
+	big, _ := baggage.NewMemberRaw("app.big", strings.Repeat("x", MaxBaggageBytes-100))
+	withBig, _ := baggage.New(app, big)
+	dropped := Bind(baggage.ContextWithBaggage(bg, withBig), full)
+	if got := baggage.FromContext(dropped); got.Member("app.big").Key() != "" || got.Member("app.tenant").Value() != "acme" {
+		t.Fatalf("the writer was to drop app.big alone to fit the limits: %d members, app.tenant %q", got.Len(), got.Member("app.tenant").Value())
+	}
+	// A writer that had to drop a member reports it and records nothing.
+	checkWireLine(t, "an application member dropped to fit the limits", dropped, false)
+	more, _ := baggage.NewMemberRaw("app.later", "1")
+	later, _ := baggage.FromContext(bound).SetMember(more)
+	checkWireLine(t, "a member the application set after the writer", baggage.ContextWithBaggage(bound, later), false)
 	rebuilt, _ := baggage.New(baggage.FromContext(ctx).Members()...)
 	checkWireLine(t, "the same members in a baggage built by hand", baggage.ContextWithBaggage(ctx, rebuilt), false)
 	parsed, _ := baggage.Parse(baggage.FromContext(ctx).String())

@@ -3,6 +3,7 @@ package otelsession
 import (
 	"context"
 	"sync/atomic"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 
@@ -63,6 +64,15 @@ type local struct {
 	st        [numLocal]State
 	cwd       string
 	delegated bool
+	// checkedPresent is whether rec.B holds any session member.
+	checkedPresent bool
+	// nForeign and foreign are the keys of rec.B's members that are not
+	// the session's (the application's, kept beside it by the writer):
+	// nForeign of them from *foreign on (appKeys), none when nForeign is 0.
+	// The record does not describe those members; wireLine looks each up
+	// in rec.B. A pointer and a count and not a slice: every writer
+	// allocates a state, and a slice would take it to a larger size class.
+	nForeign uint8
 	// rec.B is the baggage the writer that wrote this local state built
 	// from values it validated, nothing of the session kept unchecked from
 	// the context before it (nil map: none). While the context's baggage is
@@ -73,13 +83,26 @@ type local struct {
 	// them here instead of looking each field up in the baggage. The values
 	// it reads are shared with the states copied from this one, and never
 	// modified (a writer records into values of its own: localValues).
-	rec sessionstate.Record
-	// checkedPresent is whether rec.B holds any session member.
-	checkedPresent bool
-	// foreign is whether rec.B holds members that are not the session's
-	// (the application's, kept beside it), which the record does not
-	// describe: its W3C line is then the propagator's to write (wireLine).
-	foreign bool
+	rec     sessionstate.Record
+	foreign *string
+}
+
+// appKeys returns the keys of rec.B's members that are not the session's.
+func (l *local) appKeys() []string {
+	if l.nForeign == 0 {
+		return nil
+	}
+	return unsafe.Slice(l.foreign, l.nForeign)
+}
+
+// setAppKeys notes keys as appKeys. A baggage holds at most
+// MaxBaggageMembers; were there more keys than nForeign counts, none would
+// be noted, and wireLine would leave the baggage to the propagator.
+func (l *local) setAppKeys(keys []string) {
+	l.foreign, l.nForeign = nil, 0
+	if len(keys) > 0 && len(keys) <= 255 {
+		l.foreign, l.nForeign = unsafe.SliceData(keys), uint8(len(keys))
+	}
 }
 
 // localValues is a local state and the values of its record, allocated

@@ -320,16 +320,17 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		}
 	}
 	var checked baggage.Baggage
-	var present, oldChecked, foreign bool
+	var present, oldChecked bool
+	var foreign []string
 	if remote {
 		old := baggage.FromContext(ctx)
 		oldLocal := localFrom(ctx)
 		oldChecked = oldLocal != nil && sameBaggage(old, oldLocal.rec.B)
-		b, kept, nSession, err := e.baggage(old)
+		b, kept, appKeys, err := e.baggage(old)
 		if errors.Is(err, ErrSessionTooLarge) {
 			otel.Handle(fmt.Errorf("otelsession: %s: session bound as cleared: %w", what, err))
 			e.clearValues(e.whole)
-			b, kept, nSession, err = e.baggage(old)
+			b, kept, appKeys, err = e.baggage(old)
 		}
 		if err != nil {
 			otel.Handle(fmt.Errorf("otelsession: %s: %w", what, err))
@@ -339,7 +340,7 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 			// Every session member of b is one this edit validated, or one
 			// kept from a baggage a writer had checked.
 			checked, present = b, kept || hasMember(e)
-			foreign = b.Len() != nSession
+			foreign = appKeys
 			// Record it even when the edit changes nothing local (With on a
 			// remote field over a bound session): a copy of the local state
 			// spares every outbound policy a second reading.
@@ -364,7 +365,8 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 				// it would shadow the record of the one it does hold (an
 				// inbound policy's), which the new state's context then
 				// leaves its readers to find.
-				l.rec, l.checkedPresent, l.foreign = sessionstate.Record{}, false, false
+				l.rec, l.checkedPresent = sessionstate.Record{}, false
+				l.setAppKeys(nil)
 			}
 		}
 		for i := range numFields {
@@ -388,7 +390,8 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 		l.delegated = l.delegated || e.delegate
 		if remote {
 			// Recorded or forgotten: the baggage is new either way.
-			l.checkedPresent, l.foreign = present, foreign
+			l.checkedPresent = present
+			l.setAppKeys(foreign)
 			if vals == nil {
 				l.rec = sessionstate.Record{B: checked}
 			} else {
@@ -426,7 +429,10 @@ func (e *edit) apply(ctx context.Context, what string) context.Context {
 //
 // kept reports whether a member in the session namespace was kept from old
 // rather than set by the edit (its value then was not checked here).
-func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, nSession int, err error) {
+// appKeys are the keys of the members b holds that are not the session's
+// (the application's, kept from old), nil when there are none: what lets
+// wireLine write them beside the record's.
+func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, appKeys []string, err error) {
 	// Room for what is set and what can be kept of old: Reset and Clear
 	// keep none of the session, and Reset runs for every session an
 	// outbound policy withholds, so room is not made for members that go.
@@ -452,7 +458,7 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, nSess
 		}
 	}
 	if n == 0 {
-		return baggage.Baggage{}, false, 0, nil
+		return baggage.Baggage{}, false, nil, nil
 	}
 	// A session and a few members of the application's fit on the stack:
 	// the slice is only read by baggage.New, which copies what it keeps.
@@ -503,7 +509,7 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, nSess
 	case opSet:
 		add(AsyncDeliveryKey, "0")
 	}
-	nSession = len(members)
+	nSession := len(members)
 	for _, m := range oldMembers {
 		if !OwnedKey(m.Key()) {
 			members = append(members, m)
@@ -511,10 +517,16 @@ func (e *edit) baggage(old baggage.Baggage) (b baggage.Baggage, kept bool, nSess
 	}
 	members, err = fit(members, nSession)
 	if err != nil && errors.Is(err, ErrSessionTooLarge) {
-		return old, kept, 0, err
+		return old, kept, nil, err
+	}
+	if len(members) > nSession {
+		appKeys = make([]string, 0, len(members)-nSession)
+		for _, m := range members[nSession:] {
+			appKeys = append(appKeys, m.Key())
+		}
 	}
 	b, newErr := baggage.New(members...)
-	return b, kept, nSession, errors.Join(err, newErr)
+	return b, kept, appKeys, errors.Join(err, newErr)
 }
 
 // clearedMembers holds each remote field's Cleared member, indexed by

@@ -33,6 +33,13 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 	})
 	bound := trace.ContextWithSpanContext(otelsession.Bind(context.Background(), fullTestSession), sc)
 	bare := trace.ContextWithSpanContext(context.Background(), sc)
+	// A session bound over the application's own baggage, as a gateway's
+	// handler binds it over a request that carried some.
+	appBag, err := baggage.Parse("app.tenant=t-42,app.plan=pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boundApp := trace.ContextWithSpanContext(otelsession.Bind(baggage.ContextWithBaggage(context.Background(), appBag), fullTestSession), sc)
 	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
 	dest := propagation.Dest{Transport: propagation.TransportNATS, Name: "chat.in"}
 	allow := propagation.NewOutbound(propagation.AllowAll)
@@ -79,6 +86,14 @@ func TestPoliciesAllocateNoMoreThanTheStockPropagators(t *testing.T) {
 			"Outbound.Inject, a full session allowed",
 			func() { prop.Inject(bound, otelprop.MapCarrier{}) },
 			func() { _ = allow.Inject(bound, prop, otelprop.MapCarrier{}, dest) },
+			-10,
+		},
+		{
+			// The same, the application's members written beside the
+			// session's, looked up by the keys the writer noted.
+			"Outbound.Inject, a full session beside the application's members, allowed",
+			func() { prop.Inject(boundApp, otelprop.MapCarrier{}) },
+			func() { _ = allow.Inject(boundApp, prop, otelprop.MapCarrier{}, dest) },
 			-10,
 		},
 		{

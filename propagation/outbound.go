@@ -447,9 +447,10 @@ func withoutStrays(ctx context.Context) context.Context {
 
 // injectOut is prop.Inject(out, carrier). Where prop writes baggage only
 // through OpenTelemetry's W3C propagator and out's baggage is one an
-// otelsession writer built with session members only (the common case: a
-// handler's context from Bind, or Reset's), the line is written from the
-// record of its values (sessionstate.WireLine): the members
+// otelsession writer built (the common case: a handler's context from
+// Bind, or Reset's, the application's members it kept beside the session
+// included), the line is written from the record of its values and the
+// keys the writer noted (sessionstate.WireLine): the members
 // Baggage.String would write, in another order, in one allocation where it
 // makes one per member, for about a third of its CPU time for a full
 // session (otelsession's BenchmarkWireLine).

@@ -17,8 +17,9 @@ var Checked = func(ctx context.Context, b baggage.Baggage) (present, ok bool) { 
 
 // WireLine returns, when ok, the W3C baggage line OpenTelemetry's W3C
 // propagator would write for b, the baggage the caller read from ctx, but
-// for the order of its members: for a baggage an otelsession writer built
-// that holds session members only, written from the record of its values.
+// for the order of its members: for a baggage an otelsession writer built,
+// written from the record of its values and the application's members the
+// writer kept beside them.
 // ok false means the propagator writes b. Set by otelsession's init.
 var WireLine = func(ctx context.Context, b baggage.Baggage) (line string, ok bool) { return "", false }
 
