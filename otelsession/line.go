@@ -33,14 +33,27 @@ import (
 
 // wireLine returns the W3C line of b, ctx's baggage, as OpenTelemetry's W3C
 // propagator would write it but for the order of its members, and true,
-// when b is the baggage ctx's local state records (a writer built it).
-// Otherwise it returns false, and the caller lets the propagator write b.
+// when b is the baggage ctx's local state records (a writer built it), or
+// one an inbound policy accepted, whose record is in ctx (what a worker
+// sends on as it came). Otherwise it returns false, and the caller lets the
+// propagator write b.
 func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
-	l := localFrom(ctx)
-	if l == nil || b.Len() == 0 || !sameBaggage(b, l.rec.B) {
+	if b.Len() == 0 {
 		return "", false
 	}
-	r := &l.rec
+	var r *sessionstate.Record
+	var appKeys []string
+	if l := localFrom(ctx); l != nil && sameBaggage(b, l.rec.B) {
+		r, appKeys = &l.rec, l.appKeys()
+	} else if sessionstate.MayHaveRecord(b) {
+		// An inbound policy's record notes no members of the
+		// application's: a baggage with any is left to the propagator
+		// (the count below).
+		r = sessionstate.RecordIn(ctx, b)
+	}
+	if r == nil || r.Props {
+		return "", false
+	}
 	// The states, the values and the line's exact length in one pass, then
 	// the line in one allocation.
 	var st [numFields]uint8
@@ -67,7 +80,6 @@ func wireLine(ctx context.Context, b baggage.Baggage) (string, bool) {
 	// would not write (Baggage.String then leaves out the member).
 	var appBuf [8]appMember
 	app := appBuf[:0]
-	appKeys := l.appKeys()
 	for _, k := range appKeys {
 		m := b.Member(k)
 		if m.Key() == "" {

@@ -28,7 +28,10 @@ import (
 //     UTF-8, no NUL, at most MaxValueBytes) and no CR or LF, local fields and
 //     the working directory are Unset, and the remote fields are exactly what
 //     the stock propagator extracts;
-//   - the same input gives the same outcome twice.
+//   - the same input gives the same outcome twice;
+//   - an outbound policy sends the accepted session on (a worker's
+//     context) as it sends the same members in a baggage rebuilt by hand,
+//     which it reads and checks afresh (checkSentOnAsChecked).
 //
 // Seeds: testdata/fuzz/FuzzExtract and the f.Add calls below. Run it with
 //
@@ -149,6 +152,7 @@ func FuzzExtract(f *testing.F) {
 			if counts.Rejected != 0 || counts.BadSignature != 0 {
 				t.Fatalf("no error but counts = %+v", counts)
 			}
+			checkSentOnAsChecked(t, ctx)
 		}
 
 		ctx2, _, err2 := extract()
@@ -161,4 +165,37 @@ func FuzzExtract(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkSentOnAsChecked holds what an allowed outbound policy writes for ctx,
+// the context an inbound policy returned, and what it counts, to what it
+// writes and counts for the same members in a baggage rebuilt by hand,
+// which no record describes: the policy skips its check of a baggage an
+// inbound policy accepted, and writes its line from the record
+// (acceptedSession, sessionstate.WireLine); both must change nothing.
+func checkSentOnAsChecked(t *testing.T, ctx context.Context) {
+	t.Helper()
+	prop := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	send := func(ctx context.Context) (otelprop.MapCarrier, propagation.OutboundCounts, error) {
+		o := propagation.NewOutbound(propagation.AllowAll)
+		c := otelprop.MapCarrier{}
+		err := o.Inject(ctx, prop, c, propagation.Dest{Transport: "fuzz", Name: "on"})
+		return c, o.Counts(), err
+	}
+	b := baggage.FromContext(ctx)
+	rebuilt, err := baggage.New(b.Members()...)
+	if err != nil {
+		t.Fatalf("the accepted baggage's members build no baggage: %v", err)
+	}
+	got, gotCounts, gotErr := send(ctx)
+	want, wantCounts, wantErr := send(baggage.ContextWithBaggage(ctx, rebuilt))
+	split := func(line string) []string {
+		ms := strings.Split(line, ",")
+		slices.Sort(ms)
+		return ms
+	}
+	if !slices.Equal(split(got["baggage"]), split(want["baggage"])) || (gotErr == nil) != (wantErr == nil) || gotCounts != wantCounts {
+		t.Fatalf("sent on, the accepted session is written %q (%+v, %v); the same members rebuilt, %q (%+v, %v)",
+			got["baggage"], gotCounts, gotErr, want["baggage"], wantCounts, wantErr)
+	}
 }

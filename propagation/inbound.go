@@ -373,6 +373,8 @@ func (in *inboundSession) withRecord(ctx context.Context, line string) *sessions
 	}
 	r := &rc.R
 	r.B = b
+	// A member's properties follow a ';', which no value holds unescaped.
+	r.Props = line == "" || strings.IndexByte(line, ';') >= 0
 	sessionstate.Recorded(b)
 	for i := range fieldKeys {
 		if pos := signedPos[i]; pos >= 0 && in.vals[pos].ok {

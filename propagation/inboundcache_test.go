@@ -96,7 +96,9 @@ func withValue(t testing.TB, line, key, v string) string {
 // second, from a peer it trusts or not, into a context that holds a
 // session of its own or none; whatever the two lines, the context and
 // error it returns are the uncached policy's (the baggage's members, every
-// read, the record on top, the trace context) and so are its counts.
+// read, the record on top, the trace context) and so are its counts; and an
+// outbound policy sends its session on as it sends the same members
+// rebuilt by hand.
 func FuzzInboundCache(f *testing.F) {
 	full := sessionHeaderOf(fullTestSession)
 	for _, second := range []string{
@@ -154,8 +156,14 @@ func FuzzInboundCache(f *testing.F) {
 		extractLine(cached, context.Background(), first, header, true)
 		extractLine(cached, context.Background(), first, header, true)
 		before := cached.Counts()
-		got := outcomeOf(extractLine(cached, base, second, header, trusted))
+		gotCtx, gotErr := extractLine(cached, base, second, header, trusted)
+		got := outcomeOf(gotCtx, gotErr)
 		after := cached.Counts()
+		if gotErr == nil && sessionstate.Atop(gotCtx, baggage.FromContext(gotCtx)) {
+			// Sent on, a session served from the cache is what its
+			// members are.
+			checkSentOnAsChecked(t, gotCtx)
+		}
 
 		plain := propagation.NewInbound(trustNamed, propagation.WithCacheSize(0))
 		want := outcomeOf(extractLine(plain, base, second, header, trusted))

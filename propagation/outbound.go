@@ -272,6 +272,9 @@ func (o *Outbound) inject(ctx context.Context, prop otelprop.TextMapPropagator, 
 	// needs no second reading: it has no stray key, no refused value and no
 	// signature.
 	checkedPresent, checked := sessionstate.Checked(ctx, b)
+	if !checked {
+		checkedPresent, checked = acceptedSession(ctx, b)
+	}
 	had := checkedPresent
 	if !checked {
 		had = hasSession(b)
@@ -417,6 +420,33 @@ func outboundSession(b baggage.Baggage) (present, strays bool, err error) {
 		}
 	}
 	return present, strays, err
+}
+
+// acceptedSession reports whether b, ctx's baggage, is one an inbound
+// policy accepted, untouched since (its record is in ctx: see
+// inboundSession.withRecord and the cache's entries), with no signature
+// member, and whether it holds a session member. Such a baggage passed the
+// inbound check, which refuses what outboundSession withholds (a refused
+// value, a local field, an async capability but "0", a key of the
+// namespace the table does not know) and cuts a display value the table
+// would cut: a worker that sends on the session it was handed needs no
+// second reading of it (FuzzExtract holds the two ways to each other).
+// A signature kept in it (a message without an id) leaves it to
+// outboundSession, as a writer's baggage never holds one.
+func acceptedSession(ctx context.Context, b baggage.Baggage) (present, ok bool) {
+	if !sessionstate.MayHaveRecord(b) {
+		return false, false
+	}
+	r := sessionstate.RecordIn(ctx, b)
+	if r == nil || b.Member(otelsession.SignatureKey).Key() != "" {
+		return false, false
+	}
+	for i := range otelsession.NumFields {
+		if _, st := r.Field(i); st != sessionstate.Unset {
+			return true, true
+		}
+	}
+	return b.Member(otelsession.AsyncDeliveryKey).Key() != "", true
 }
 
 // outSpecs are the rows of the keys that may travel as baggage: the remote

@@ -85,6 +85,19 @@ func BenchmarkOutboundInject(b *testing.B) {
 		}
 	})
 	b.Run("signed/path=session", session(bound, sign))
+	// A worker's context: the session an inbound policy accepted from a
+	// message, under the worker's span, sent on (a notification, a tool
+	// call) as it came.
+	line := otelprop.MapCarrier{}
+	prop.Inject(bound, line)
+	accepted, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), prop, line,
+		propagation.Peer{Transport: propagation.TransportNATS})
+	if err != nil {
+		b.Fatal(err)
+	}
+	forwarded := trace.ContextWithSpanContext(accepted, sc)
+	b.Run("forwarded/path=raw", raw(forwarded))
+	b.Run("forwarded/path=session", session(forwarded, allow))
 	b.Run("no_session/path=raw", raw(bare))
 	b.Run("no_session/path=session", session(bare, allow))
 }

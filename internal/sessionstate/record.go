@@ -49,6 +49,12 @@ type Record struct {
 	oi    uint8
 	ost   uint8
 	spans bool
+	// Props is whether B's session members may carry W3C properties: a
+	// writer's never do (it builds every member without), and an inbound
+	// policy clears it only for a line that holds no ';' at all. The
+	// outbound line written from the record (WireLine) has none, so it
+	// is written only when Props is false.
+	Props bool
 	ov    string
 }
 
