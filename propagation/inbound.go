@@ -355,13 +355,13 @@ func (p *Inbound) decide(ctx context.Context, in *inboundSession, peer Peer) (co
 // read (and, for a display value that was cut, the baggage's own). Lookup,
 // Getenv and the span and log processors then read the session from it
 // instead of looking each field up (sessionstate.Record): a worker reads
-// the session of the message it handles again and again. The record is
-// kept apart from the one that lets an outbound policy skip its check
-// (sessionstate.Checked): it says what the baggage holds, not that an
-// otelsession writer built it. line, when not "", is the one baggage line
-// the check read the session's values from: they are spans of it, which the
-// record holds as such (sessionstate.Spans), in half the bytes of a value
-// each.
+// the session of the message it handles again and again. An outbound
+// policy that sends the session on takes it as checked (acceptedSession)
+// and writes its line from the record (sessionstate.WireLine) unless
+// Props says its members may carry properties. line, when not "", is the
+// one baggage line the check read the session's values from: they are
+// spans of it, which the record holds as such (sessionstate.Spans), in
+// half the bytes of a value each.
 func (in *inboundSession) withRecord(ctx context.Context, line string) *sessionstate.RecordContext {
 	b := baggage.FromContext(ctx)
 	var rc *sessionstate.RecordContext

@@ -28,6 +28,8 @@ import (
 //     send the same signed bytes: the same canonical input MACed with
 //     crypto/hmac, the member added with Baggage.SetMember, then the stock
 //     injection (sessiontest.RawSigner);
+//   - forwarded: allowed, from a worker's context: the session an inbound
+//     policy accepted from a message, sent on as it came;
 //   - no session: a context without one, as most background work is.
 func BenchmarkOutboundInject(b *testing.B) {
 	key := propagation.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}

@@ -106,6 +106,7 @@ var tables = []table{
 		{"HTTP server, the whole instrumented request: `otelhttp` given `ExceptBaggage` around `Handler` (recommended; the cache off)", "propagation/httpsession", "BenchmarkServerStack/path=session", "BenchmarkServerStack/path=raw", ""},
 		{"HTTP server, `otelhttp` given W3C too around `Handler` (baggage parsed twice; the cache off)", "propagation/httpsession", "BenchmarkServerStack/path=session_otelhttp_W3C_too", "BenchmarkServerStack/path=raw", ""},
 		{"outbound: `Outbound.Inject`, allowed", "propagation", "BenchmarkOutboundInject/allowed/path=session", "BenchmarkOutboundInject/allowed/path=raw", ""},
+		{"outbound: `Outbound.Inject`, a worker's context sent on (the session an inbound policy accepted, under a span)", "propagation", "BenchmarkOutboundInject/forwarded/path=session", "BenchmarkOutboundInject/forwarded/path=raw", ""},
 		{"outbound: `Outbound.Inject`, withheld (raw sends the session)", "propagation", "BenchmarkOutboundInject/withheld/path=session", "BenchmarkOutboundInject/withheld/path=raw", ""},
 		{"outbound: `Outbound.Inject`, no session in the context", "propagation", "BenchmarkOutboundInject/no_session/path=session", "BenchmarkOutboundInject/no_session/path=raw", ""},
 		{"outbound, signed: `Outbound.Inject`, allowed and signed (raw path signing the same bytes)", "propagation", "BenchmarkOutboundInject/signed/path=session", "BenchmarkOutboundInject/signed/path=raw_signed", ""},
