@@ -103,7 +103,9 @@ var profiles = []profile{
 		whole: `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*config\)\.edgeCall$`,
 		parts: []part{
 			{"the outbound policy, inside otelgrpc's injection", `^github.com/sessionwire/sessionwire/propagation\.\(\*Outbound\)\.inject$`},
-			{"  of which the propagators writing traceparent and baggage, once", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
+			{"  of which the line written from the writer's record, the application's member beside the session included (otelsession's wireLine, where raw otelgrpc runs Baggage.String)", `^github.com/sessionwire/sessionwire/otelsession\.wireLine$`},
+			{"  of which the trace context, and the line set into otelgrpc's carrier (stockprop.injectLine)", `^github.com/sessionwire/sessionwire/propagation/internal/stockprop\.injectLine$`},
+			{"  of which the propagators writing the carrier (only for a baggage no writer built)", `^go.opentelemetry.io/otel/propagation\.compositeTextMapPropagator\.Inject$`},
 			{"otelgrpc's copy of the outgoing metadata (as in raw otelgrpc)", `^google.golang.org/grpc/metadata\.FromOutgoingContext$`},
 			{"the interceptor naming the destination", `^github.com/sessionwire/sessionwire/propagation/grpcsession\.\(\*connState\)\.dest$`},
 		},
