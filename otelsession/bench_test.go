@@ -123,18 +123,50 @@ func BenchmarkBind(b *testing.B) {
 	})
 	b.Run("sessionwire/Bind_next_message_beside_full_cache", nextMessage)
 	b.Run("baseline/SetMember_new_message_id_beside_full_cache", setMember)
-	b.Run("sessionwire/Bind_over_5_foreign_members", func(b *testing.B) {
-		var foreign []baggage.Member
-		for _, kv := range [][2]string{{"tenant", "acme"}, {"feature", "beta"}, {"region", "eu-west-1"}, {"plan", "pro"}, {"canary", "1"}} {
+	// Over the application's own baggage, as a handler binds over a request
+	// that carried some: one member (a tenant), the same session again
+	// (the cache's baggage, the member merged into it: one SetMember) and
+	// a session never bound before (bound alone, cached, then merged); and
+	// five members, more than the cache merges (built with them).
+	appBag := func(kvs ...[2]string) context.Context {
+		var ms []baggage.Member
+		for _, kv := range kvs {
 			m, _ := baggage.NewMemberRaw(kv[0], kv[1])
-			foreign = append(foreign, m)
+			ms = append(ms, m)
 		}
-		fb, _ := baggage.New(foreign...)
-		ctx := baggage.ContextWithBaggage(bg, fb)
+		fb, _ := baggage.New(ms...)
+		return baggage.ContextWithBaggage(bg, fb)
+	}
+	oneApp := appBag([2]string{"tenant", "acme"})
+	fiveApp := appBag([2]string{"tenant", "acme"}, [2]string{"feature", "beta"}, [2]string{"region", "eu-west-1"},
+		[2]string{"plan", "pro"}, [2]string{"canary", "1"})
+	b.Run("sessionwire/Bind_over_1_foreign_member", func(b *testing.B) {
 		defer benchcpu.Time(b)()
 		b.ReportAllocs()
 		for b.Loop() {
-			sinkCtx = otelsession.Bind(ctx, s)
+			sinkCtx = otelsession.Bind(oneApp, s)
+		}
+	})
+	b.Run("sessionwire/Bind_over_1_foreign_member_first_time", func(b *testing.B) {
+		ids := make([]string, 1<<16)
+		for i := range ids {
+			ids[i] = "-200" + strconv.Itoa(1_000_000_000+i)
+		}
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s := s
+			s.ChatID = ids[i%len(ids)]
+			i++
+			sinkCtx = otelsession.Bind(oneApp, s)
+		}
+	})
+	b.Run("sessionwire/Bind_over_5_foreign_members", func(b *testing.B) {
+		defer benchcpu.Time(b)()
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkCtx = otelsession.Bind(fiveApp, s)
 		}
 	})
 	b.Run("baseline/baggage.New_prebuilt", func(b *testing.B) {

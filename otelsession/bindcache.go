@@ -26,8 +26,11 @@ import (
 // value must not be kept alive by the cache), and members that fit the W3C
 // limits by the cheap bound. So every cached string is within its key's
 // limit, and an entry holds at most what one valid session holds. A context
-// whose baggage holds members Bind keeps (the application's, the cron
-// fields) is bound without the cache.
+// whose baggage holds members of the application's, at most mergeLimit of
+// them, is bound from the cache with those members merged into the cached
+// baggage (merge; its first Bind binds the session alone, then merges); a
+// context with more, or with fields Bind leaves alone (the cron fields),
+// is bound without the cache.
 //
 // Memory: at most the cache's capacity in entries (512 by default, see
 // [SetBindCacheSize]). An entry holds about 3.1 KiB for a full session of
@@ -43,9 +46,10 @@ import (
 // BindCacheStats is a snapshot of the bind cache's counters.
 type BindCacheStats struct {
 	// Hits counts Binds served from the cache (the same session, perhaps
-	// with another message id); Misses counts Binds that built their session
-	// (a first time, a session the cache does not keep, or a context with
-	// baggage members of its own to merge).
+	// with another message id, perhaps merged with the application's
+	// members); Misses counts Binds that built their session (a first time,
+	// a session the cache does not keep, or a context with baggage members
+	// the cache does not merge).
 	Hits, Misses uint64
 	// Entries is the number of sessions held; Capacity the most it holds.
 	Entries, Capacity int
@@ -79,7 +83,8 @@ func SetBindCacheSize(n int) {
 	for sets*bindWays < n {
 		sets *= 2
 	}
-	bindTab.Store(&bindTable{mask: uint64(sets - 1), slots: make([]atomic.Pointer[bindEntry], sets*bindWays)})
+	bindTab.Store(&bindTable{mask: uint64(sets - 1), slots: make([]atomic.Pointer[bindEntry], sets*bindWays),
+		seen: make([]atomic.Uint64, sets*bindWays)})
 }
 
 const (
@@ -98,6 +103,22 @@ const (
 type bindTable struct {
 	mask  uint64
 	slots []atomic.Pointer[bindEntry]
+	// seen notes the hashes of sessions bound over the application's
+	// members without an entry, one per slot: the second such Bind of a
+	// session makes its entry (seenBefore).
+	seen []atomic.Uint64
+}
+
+// seenBefore reports whether the session of hash h was noted before, and
+// notes it if not. A note may be overwritten by another session's: that
+// session's next Bind is then noted again, at no cost but the Bind's.
+func (t *bindTable) seenBefore(h uint64) bool {
+	slot := &t.seen[(h>>32)&uint64(len(t.seen)-1)]
+	if slot.Load() == h {
+		return true
+	}
+	slot.Store(h)
+	return false
 }
 
 var (
@@ -183,39 +204,63 @@ type builtOwn struct {
 }
 
 // bindCached binds s from the cache; ok is false when it cannot (not cached,
-// a message id Bind would refuse, or baggage in ctx that Bind must merge).
-func bindCached(ctx context.Context, s *Session, h uint64) (context.Context, bool) {
-	t := bindTab.Load()
-	if t == nil {
-		return ctx, false
-	}
-	var ent *bindEntry
-	for i, set := 0, t.set(h); i < bindWays; i++ {
-		if e := set[i].Load(); e != nil && e.h == h && sameKey(&e.key, s) {
-			ent = e
-			break
-		}
-	}
+// a message id Bind would refuse, or baggage in ctx that the cache does not
+// merge).
+func bindCached(ctx context.Context, s *Session, h uint64, k *keptMembers) (context.Context, bool) {
+	ent := cachedEntry(s, h)
 	if ent == nil {
 		return ctx, false
 	}
-	if old := baggage.FromContext(ctx); old.Len() > 0 && !bindDropsAll(old) {
-		// The context's own members must be merged: Bind builds the session
-		// again, exactly as without the cache (a rare case: a handler's
-		// context normally starts from Reset).
-		return ctx, false
+	var app []baggage.Member
+	if old := baggage.FromContext(ctx); old.Len() > 0 {
+		var ok bool
+		if app, ok = k.of(old); !ok {
+			// Bind keeps members the cache does not merge (fields it leaves
+			// alone, or more of the application's than mergeLimit): it
+			// builds the session again, exactly as without the cache.
+			return ctx, false
+		}
 	}
+	out, ok := bindFrom(ctx, ent, s, app)
+	if ok {
+		bindHits.Add(1)
+	}
+	return out, ok
+}
+
+// cachedEntry returns the entry of s, whose hash is h, nil when the cache
+// holds none.
+func cachedEntry(s *Session, h uint64) *bindEntry {
+	t := bindTab.Load()
+	if t == nil {
+		return nil
+	}
+	for i, set := 0, t.set(h); i < bindWays; i++ {
+		if e := set[i].Load(); e != nil && e.h == h && sameKey(&e.key, s) {
+			return e
+		}
+	}
+	return nil
+}
+
+// bindFrom binds s into ctx from its entry, merged with app, the members
+// of the application's that ctx holds and Bind keeps (bindKeeps).
+func bindFrom(ctx context.Context, ent *bindEntry, s *Session, app []baggage.Member) (context.Context, bool) {
 	built, ok := ent.baggage(s.MessageID)
 	if !ok {
 		return ctx, false
 	}
 	b, loc := built.b, built.loc
+	if len(app) > 0 {
+		if b, loc, ok = ent.merge(built, app); !ok {
+			return ctx, false
+		}
+	}
 	if old := localFrom(ctx); old != nil && old.delegated {
 		l := *loc
 		l.delegated = true
 		loc = &l
 	}
-	bindHits.Add(1)
 	// Every baggage the cache hands out is noted here, a new message id's
 	// too: the hint that b has a record may have been overwritten since b
 	// was built.
@@ -263,37 +308,116 @@ func (ent *bindEntry) baggage(msgID string) (*builtBaggage, bool) {
 	return &next.builtBaggage, true
 }
 
-// bindDropsAll reports whether Bind keeps none of old's members: every one
-// is a session member Bind replaces or a stray in the session namespace it
-// drops, none a member of the application or a field Bind leaves alone.
-func bindDropsAll(old baggage.Baggage) bool {
-	for _, m := range old.Members() {
-		k := m.Key()
-		if !OwnedKey(k) {
-			return false
-		}
-		if s := specByKey[k]; s != nil && s.Field != 0 && !s.InSession {
-			return false
-		}
-	}
-	return true
+// keptMembers is bindKeeps of the context's baggage, read at most once per
+// Bind: by the cache's look-up when it finds the session, else by
+// bindBuilt when it may merge (the zero value has read nothing).
+type keptMembers struct {
+	app         []baggage.Member
+	ok, didRead bool
 }
 
-// remember caches the session s that Bind has just bound into ctx from the
-// edit e (as built, before apply), when Bind accepted it whole (no refusal, no display note) and
-// nothing of the context's own baggage was merged into it.
-func remember(s *Session, h uint64, e *edit, ctx context.Context) {
-	t := bindTab.Load()
-	if t == nil {
-		return
+func (k *keptMembers) of(old baggage.Baggage) ([]baggage.Member, bool) {
+	if !k.didRead {
+		k.app, k.ok = bindKeeps(old)
+		k.didRead = true
 	}
-	b := baggage.FromContext(ctx)
-	l := localFrom(ctx)
-	if l == nil || l.delegated || !sameBaggage(l.rec.B, b) {
-		return
+	return k.app, k.ok
+}
+
+// mergeLimit is the most members of the application's a cached session is
+// merged with: each costs OpenTelemetry a copy of the baggage's map
+// (Baggage.SetMember). Bind without the cache builds the whole baggage
+// once (baggage.New), which costs about as much as three or four copies
+// (BenchmarkBind's rows over 5 members), so more members are bound so.
+const mergeLimit = 2
+
+// bindKeeps returns the members of old that Bind keeps beside the session,
+// the application's, and true, when Bind keeps no other and there are at
+// most mergeLimit (ok false otherwise): every other member is a session member Bind replaces or
+// a stray in the session namespace it drops, none a field Bind leaves alone
+// (the cron auto-deliver fields), whose value the cached state does not
+// hold.
+func bindKeeps(old baggage.Baggage) ([]baggage.Member, bool) {
+	var app []baggage.Member
+	ms := old.Members()
+	for i := range ms {
+		m := ms[i]
+		k := m.Key()
+		if !OwnedKey(k) {
+			if len(app) == mergeLimit {
+				return nil, false
+			}
+			if app == nil {
+				// In place: app never holds more than ms has been read.
+				app = ms[:0]
+			}
+			app = append(app, m)
+			continue
+		}
+		if s := specByKey[k]; s != nil && s.Field != 0 && !s.InSession {
+			return nil, false
+		}
 	}
-	// Exactly the members e sets, and within the cheap bound of fit.
-	n, bound := 0, 0
+	return app, true
+}
+
+// merge returns the baggage of built, the entry's session for one message
+// id, with the application's members app added, and the local state that
+// records it: the session's record (its values shared with built's) over
+// the new map, and app's keys noted for the outbound line (wireLine). ok
+// is false when the whole may not fit the W3C limits: Bind then builds it,
+// dropping members as it must and reporting it. The result equals what
+// Bind builds without the cache (TestBindCacheBindsWhatBindBuilds): the
+// session's members as the entry holds them, then the application's as
+// the context held them, properties included.
+func (ent *bindEntry) merge(built *builtBaggage, app []baggage.Member) (baggage.Baggage, *local, bool) {
+	n, size := built.b.Len()+len(app), ent.bound+len(fieldKeys[FieldMessageID-1])+2+3*len(built.msgID)+len(app)
+	if built.msgID == "" {
+		size += 3 * len(ClearedValue)
+	}
+	for i := range app {
+		if len(app[i].Properties()) > 0 {
+			size += len(app[i].String())
+		} else {
+			size += len(app[i].Key()) + 1 + 3*len(app[i].Value())
+		}
+	}
+	if n > MaxBaggageMembers || size > MaxBaggageBytes {
+		return baggage.Baggage{}, nil, false
+	}
+	b := built.b
+	for _, m := range app {
+		var err error
+		if b, err = b.SetMember(m); err != nil {
+			return baggage.Baggage{}, nil, false
+		}
+	}
+	if b.Len() != n {
+		// A key twice: not what Bind would build from distinct keys.
+		return baggage.Baggage{}, nil, false
+	}
+	la := new(localApp)
+	la.local = *built.loc
+	la.rec.B = b
+	for i, m := range app {
+		la.keys[i] = m.Key()
+	}
+	la.setAppKeys(la.keys[:len(app)])
+	return b, &la.local, true
+}
+
+// localApp is a local state and the keys of the application's members its
+// record's baggage holds, allocated together by merge.
+type localApp struct {
+	local
+	keys [mergeLimit]string
+}
+
+// editBound returns the number of members the edit e of a Bind sets, the
+// cheap bound of fit on their encoded size but for the message id's, and
+// whether the whole, the message id's included, is within the W3C byte
+// limit by that bound.
+func editBound(e *edit) (n, bound int, fits bool) {
 	for _, f := range remoteFields {
 		if e.op[f-1] == opSet {
 			n++
@@ -314,8 +438,26 @@ func remember(s *Session, h uint64, e *edit, ctx context.Context) {
 	if msg == "" {
 		msg = ClearedValue
 	}
+	return n, bound, bound+len(fieldKeys[FieldMessageID-1])+2+3*len(msg) <= MaxBaggageBytes
+}
+
+// remember caches the session s that Bind has just bound into ctx from the
+// edit e (as built, before apply), when Bind accepted it whole (no refusal, no display note) and
+// nothing of the context's own baggage was merged into it.
+func remember(s *Session, h uint64, e *edit, ctx context.Context) {
+	t := bindTab.Load()
+	if t == nil {
+		return
+	}
+	b := baggage.FromContext(ctx)
+	l := localFrom(ctx)
+	if l == nil || l.delegated || !sameBaggage(l.rec.B, b) {
+		return
+	}
+	// Exactly the members e sets, and within the cheap bound of fit.
+	n, bound, fits := editBound(e)
 	// Within the cheap bound, the session fitted and apply did not clear it.
-	if b.Len() != n || bound+len(fieldKeys[FieldMessageID-1])+2+3*len(msg) > MaxBaggageBytes {
+	if b.Len() != n || !fits {
 		return
 	}
 	ent := &bindEntry{key: *s, h: h, bound: bound}

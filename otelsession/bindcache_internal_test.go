@@ -19,7 +19,7 @@ import (
 func describe(ctx context.Context) string {
 	var ms []string
 	for _, m := range baggage.FromContext(ctx).Members() {
-		ms = append(ms, fmt.Sprintf("%s=%q", m.Key(), m.Value()))
+		ms = append(ms, fmt.Sprintf("%s=%q (%s)", m.Key(), m.Value(), m.String()))
 	}
 	slices.Sort(ms)
 	l := localFrom(ctx)
@@ -27,7 +27,12 @@ func describe(ctx context.Context) string {
 		l = &local{}
 	}
 	present, checked := checkedOf(ctx)
-	return fmt.Sprintf("%s | %q %v cwd=%q delegated=%v checked=%v,%v", strings.Join(ms, ","), l.vals, l.st, l.cwd, l.delegated, checked, present)
+	// The outbound line written from the record, its members sorted.
+	line, wrote := wireLine(ctx, baggage.FromContext(ctx))
+	lm := strings.Split(line, ",")
+	slices.Sort(lm)
+	return fmt.Sprintf("%s | %q %v cwd=%q delegated=%v checked=%v,%v | line %v %s", strings.Join(ms, ","), l.vals, l.st, l.cwd, l.delegated, checked, present,
+		wrote, strings.Join(lm, ","))
 }
 
 func internalMember(t *testing.T, k, v string) baggage.Member {
@@ -66,14 +71,23 @@ func TestBindCacheBindsWhatBindBuilds(t *testing.T) {
 		return baggage.ContextWithBaggage(ctx, b)
 	}
 	contexts := map[string]context.Context{
-		"empty":             bg,
-		"previous session":  prev,
-		"signature":         withBag(prev, internalMember(t, SignatureKey, "v1.abc")),
-		"stray owned key":   withBag(bg, internalMember(t, "session.future", "1"), internalMember(t, "SESSION.chat_id", "evil")),
-		"foreign member":    withBag(prev, internalMember(t, "tenant", "acme")),
-		"cron auto-deliver": With(prev, FieldCronAutoDeliverChatID, "c9"),
-		"async member":      DeclareStatelessChannel(prev),
-		"delegated child":   WithDelegatedChild(prev, "child-1"),
+		"empty":            bg,
+		"previous session": prev,
+		"signature":        withBag(prev, internalMember(t, SignatureKey, "v1.abc")),
+		"stray owned key":  withBag(bg, internalMember(t, "session.future", "1"), internalMember(t, "SESSION.chat_id", "evil")),
+		"foreign member":   withBag(prev, internalMember(t, "tenant", "acme")),
+		"foreign members, escaped, with properties": withBag(bg, internalMember(t, "app.note", "a b,«c» 100%"), appWithProps(t)),
+		"foreign members beside strays and a signature": withBag(prev, internalMember(t, "tenant", "acme"),
+			internalMember(t, "session.future", "1"), internalMember(t, SignatureKey, "v1.abc")),
+		"foreign members, more than the cache merges":  withBag(bg, manyMembers(t, mergeLimit+1)...),
+		"foreign members, as many as the cache merges": withBag(bg, manyMembers(t, mergeLimit)...),
+		"a foreign member near the byte limit":         withBag(bg, internalMember(t, "app.big", strings.Repeat("x", MaxBaggageBytes-700))),
+		"a foreign member past the byte limit":         withBag(bg, internalMember(t, "app.big", strings.Repeat("x", MaxBaggageBytes-200))),
+		"foreign member and cron auto-deliver":         withBag(With(prev, FieldCronAutoDeliverChatID, "c9"), internalMember(t, "tenant", "acme")),
+		"foreign member, delegated child":              withBag(WithDelegatedChild(prev, "child-1"), internalMember(t, "tenant", "acme")),
+		"cron auto-deliver":                            With(prev, FieldCronAutoDeliverChatID, "c9"),
+		"async member":                                 DeclareStatelessChannel(prev),
+		"delegated child":                              WithDelegatedChild(prev, "child-1"),
 	}
 	messageIDs := []string{"m1", "m2", "", "m2", "bad\x01id", "m3"}
 	for name, ctx := range contexts {
@@ -92,6 +106,47 @@ func TestBindCacheBindsWhatBindBuilds(t *testing.T) {
 	if st := BindCache(); st.Hits == 0 {
 		t.Errorf("no Bind was served by the cache: %+v", st)
 	}
+	// A session over the application's members is merged from the cache
+	// from its third Bind on: the first is built with them and noted, the
+	// second binds the session alone, caches it and merges.
+	s := base
+	s.ChatID = "-100merged"
+	before := BindCache()
+	for range 4 {
+		Bind(contexts["foreign member"], s)
+	}
+	if st := BindCache(); st.Hits-before.Hits != 2 || st.Misses-before.Misses != 2 {
+		t.Errorf("four Binds over the application's member: %d hits and %d misses, want 2 and 2",
+			st.Hits-before.Hits, st.Misses-before.Misses)
+	}
+}
+
+// appWithProps is a member of the application's with properties, one of
+// them with a value.
+func appWithProps(t *testing.T) baggage.Member {
+	t.Helper()
+	p1, err := baggage.NewKeyProperty("sampled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := baggage.NewKeyValuePropertyRaw("ttl", "30 s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := baggage.NewMemberRaw("app.flags", "x", p1, p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// manyMembers returns n members of the application's.
+func manyMembers(t *testing.T, n int) []baggage.Member {
+	var ms []baggage.Member
+	for i := range n {
+		ms = append(ms, internalMember(t, fmt.Sprintf("app.k%d", i), strconv.Itoa(i)))
+	}
+	return ms
 }
 
 // TestBindCacheKeepsOnlyWholeSessions checks that a session Bind refuses or

@@ -44,16 +44,24 @@ func Bind(ctx context.Context, s Session) context.Context {
 		return bindBuilt(ctx, s, nil)
 	}
 	h := sessionHash(&s)
-	if out, ok := bindCached(ctx, &s, h); ok {
+	var k keptMembers
+	if out, ok := bindCached(ctx, &s, h, &k); ok {
 		return out
 	}
 	bindMisses.Add(1)
-	return bindBuilt(ctx, s, &h)
+	return bindBuilt(ctx, s, &cacheKey{h, &k})
+}
+
+// cacheKey is what bindBuilt needs to cache the session it builds: its
+// hash, and what Bind keeps of the context's baggage, if already read.
+type cacheKey struct {
+	h    uint64
+	kept *keptMembers
 }
 
 // bindBuilt is Bind without the cache's look-up: it builds the session and,
-// given the session's hash, remembers it.
-func bindBuilt(ctx context.Context, s Session, hash *uint64) context.Context {
+// given the session's cache key, remembers it.
+func bindBuilt(ctx context.Context, s Session, key *cacheKey) context.Context {
 	e, errs, notes := bindEdit(s)
 	if len(errs) > 0 {
 		otel.Handle(fmt.Errorf("otelsession: bind: session bound as cleared: %w", errors.Join(errs...)))
@@ -62,15 +70,59 @@ func bindBuilt(ctx context.Context, s Session, hash *uint64) context.Context {
 	for _, n := range notes {
 		noteDisplay(n.key, n.err, "bind")
 	}
-	if len(errs) > 0 || len(notes) > 0 || hash == nil {
+	if len(errs) > 0 || len(notes) > 0 || key == nil {
 		return e.apply(ctx, "bind")
 	}
+	hash := &key.h
 	// apply clears e when the session does not fit; remember checks the
 	// edit as built.
 	built := e
+	if app, ok := mergesFromCache(ctx, &e, key); ok {
+		// The context holds the application's members, which the cache
+		// merges into a session it holds (bindCached): the session is
+		// bound alone, and cached, then merged as a later Bind of it
+		// will be. The session fits by the cheap bound, so binding it
+		// alone reports nothing that the Bind below would report again.
+		alone := e.apply(baggage.ContextWithoutBaggage(ctx), "bind")
+		remember(&s, *hash, &built, alone)
+		if ent := cachedEntry(&s, *hash); ent != nil {
+			if out, ok := bindFrom(ctx, ent, &s, app); ok {
+				return out
+			}
+		}
+		e = built
+	}
 	out := e.apply(ctx, "bind")
 	remember(&s, *hash, &built, out)
 	return out
+}
+
+// mergesFromCache returns the members of the application's in ctx, and
+// true, when Bind of the edit e over ctx, which is to be cached, is to be
+// bound alone and merged from the cache: ctx holds members of the
+// application's that the cache merges (bindKeeps), is not a delegated
+// child's (whose state the cache does not keep), the session fits the W3C
+// limit by the cheap bound, and it was bound so before (seenBefore).
+func mergesFromCache(ctx context.Context, e *edit, key *cacheKey) ([]baggage.Member, bool) {
+	old := baggage.FromContext(ctx)
+	t := bindTab.Load()
+	if old.Len() == 0 || t == nil {
+		return nil, false
+	}
+	app, ok := key.kept.of(old)
+	if !ok || len(app) == 0 {
+		return nil, false
+	}
+	if l := localFrom(ctx); l != nil && l.delegated {
+		return nil, false
+	}
+	if _, _, fits := editBound(e); !fits {
+		return nil, false
+	}
+	// A session's first Bind over them builds it with the members, as
+	// without the cache: binding it alone and merging costs more, and
+	// pays only from its third Bind on. The second makes the entry.
+	return app, t.seenBefore(key.h)
 }
 
 // Clear returns a copy of ctx in which every session field is Cleared (the
