@@ -327,16 +327,17 @@ func (k *keptMembers) of(old baggage.Baggage) ([]baggage.Member, bool) {
 // mergeLimit is the most members of the application's a cached session is
 // merged with: each costs OpenTelemetry a copy of the baggage's map
 // (Baggage.SetMember). Bind without the cache builds the whole baggage
-// once (baggage.New), which costs about as much as three or four copies
-// (BenchmarkBind's rows over 5 members), so more members are bound so.
+// once (baggage.New), which costs about as much as three copies
+// (BenchmarkBind's rows over the application's members): a context with
+// more is bound without the cache.
 const mergeLimit = 2
 
 // bindKeeps returns the members of old that Bind keeps beside the session,
-// the application's, and true, when Bind keeps no other and there are at
-// most mergeLimit (ok false otherwise): every other member is a session member Bind replaces or
-// a stray in the session namespace it drops, none a field Bind leaves alone
-// (the cron auto-deliver fields), whose value the cached state does not
-// hold.
+// the application's, and true, when there are at most mergeLimit and Bind
+// keeps no other: every other member is a session member Bind replaces or
+// a stray in the session namespace it drops, none a field Bind leaves
+// alone (the cron auto-deliver fields), whose value the cached state does
+// not hold. Otherwise it returns false.
 func bindKeeps(old baggage.Baggage) ([]baggage.Member, bool) {
 	var app []baggage.Member
 	ms := old.Members()

@@ -123,8 +123,10 @@
 // What is cached is what Bind writes: a small bounded cache ([BindCache],
 // [SetBindCacheSize]) hands the baggage and local state built for a session
 // to the next Bind of the same session (its message id may differ: that one
-// member is replaced with one map copy). Baggage values are immutable, so the
-// sharing is safe; only sessions Bind accepts whole are kept. Beside the
+// member is replaced with one map copy; up to two members of the
+// application's in the context are added the same way). Baggage values are
+// immutable, so the sharing is safe; only sessions Bind accepts whole are
+// kept. Beside the
 // local state, a writer also records the baggage map it built from values it
 // checked, so that an outbound policy ([propagation.Outbound]) need not read
 // them back while the context's baggage is still that map, and writes its
