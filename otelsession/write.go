@@ -73,28 +73,36 @@ func bindBuilt(ctx context.Context, s Session, key *cacheKey) context.Context {
 	if len(errs) > 0 || len(notes) > 0 || key == nil {
 		return e.apply(ctx, "bind")
 	}
-	hash := &key.h
+	if app, ok := mergesFromCache(ctx, &e, key); ok {
+		if out, ok := bindAloneAndMerge(ctx, &s, key.h, e, app); ok {
+			return out
+		}
+	}
 	// apply clears e when the session does not fit; remember checks the
 	// edit as built.
 	built := e
-	if app, ok := mergesFromCache(ctx, &e, key); ok {
-		// The context holds the application's members, which the cache
-		// merges into a session it holds (bindCached): the session is
-		// bound alone, and cached, then merged as a later Bind of it
-		// will be. The session fits by the cheap bound, so binding it
-		// alone reports nothing that the Bind below would report again.
-		alone := e.apply(baggage.ContextWithoutBaggage(ctx), "bind")
-		remember(&s, *hash, &built, alone)
-		if ent := cachedEntry(&s, *hash); ent != nil {
-			if out, ok := bindFrom(ctx, ent, &s, app); ok {
-				return out
-			}
-		}
-		e = built
-	}
 	out := e.apply(ctx, "bind")
-	remember(&s, *hash, &built, out)
+	remember(&s, key.h, &built, out)
 	return out
+}
+
+// bindAloneAndMerge binds the session of the edit e alone, caches it, and
+// merges app, the application's members in ctx, into it as a later Bind
+// of it will (bindFrom): the second Bind of a session over such members
+// (mergesFromCache). The session fits by the cheap bound, so binding it
+// alone reports nothing that bindBuilt, should the merge not be possible,
+// would report again. It is a function of its own, which keeps bindBuilt's
+// frame as it was for every other Bind.
+//
+//go:noinline
+func bindAloneAndMerge(ctx context.Context, s *Session, h uint64, e edit, app []baggage.Member) (context.Context, bool) {
+	built := e
+	alone := e.apply(baggage.ContextWithoutBaggage(ctx), "bind")
+	remember(s, h, &built, alone)
+	if ent := cachedEntry(s, h); ent != nil {
+		return bindFrom(ctx, ent, s, app)
+	}
+	return ctx, false
 }
 
 // mergesFromCache returns the members of the application's in ctx, and
