@@ -437,7 +437,8 @@ func (p *Inbound) fromCache(ctx context.Context, prop otelprop.TextMapPropagator
 // line equal to it, byte for byte, with that baggage, which is immutable
 // and so shared by every context it is put into. Only simple lines make
 // entries, so an entry's baggage is exactly the one simpleBaggage, and
-// OpenTelemetry's parser, would build of the line (FuzzQuietLineCache).
+// OpenTelemetry's parser, would build of the line (FuzzInboundCache,
+// TestQuietLineCache).
 //
 // As for sessions, a line seen once is only noted, and makes an entry when
 // it comes again: a line unique to one call (a request id in baggage)
