@@ -52,9 +52,13 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //
 //   - otelgrpc/off, otelgrpc/on: raw otelgrpc, without and with a full
 //     session in the context's baggage (the raw propagation cost);
-//   - grpcsession/off, grpcsession/on: otelgrpc plus this package's
-//     interceptors, the server trusting the loopback peer and the client
-//     allowing the target: the session is checked and accepted;
+//   - grpcsession/off, grpcsession/on/otelgrpc-w3c-too: otelgrpc (given
+//     the W3C propagators, so that the baggage is parsed and written
+//     twice) plus this package's interceptors, the server trusting the
+//     loopback peer and the client allowing the target: the session is
+//     checked and accepted. Every row with a session is named
+//     grpcsession/on/…, so that -bench '^BenchmarkUnary$/^grpcsession/on/edge$'
+//     selects one row and no other;
 //   - grpcsession/on/otelgrpc-except-baggage: the same, with otelgrpc given
 //     ExceptBaggage(w3c), so that the baggage is extracted and injected
 //     once, by the interceptors (the configuration the package recommends);
@@ -97,7 +101,7 @@ func BenchmarkUnary(b *testing.B) {
 		{name: "otelgrpc/off", ctx: context.Background()},
 		{name: "otelgrpc/on", ctx: withSession, want: true},
 		{name: "grpcsession/off", ctx: context.Background(), policy: true},
-		{name: "grpcsession/on", ctx: withSession, policy: true, want: true,
+		{name: "grpcsession/on/otelgrpc-w3c-too", ctx: withSession, policy: true, want: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/otelgrpc-except-baggage", ctx: withSession, policy: true, want: true, exceptBag: true,

@@ -22,6 +22,13 @@
 // beside Bind and Getenv. Without python3 on the PATH the run stops before
 // it starts and says so; -python "" leaves that table as it is.
 //
+// The same rounds run the whole calls: a unary gRPC call through otelgrpc,
+// each row in a process of its own, and messages through Kafka (franz-go
+// against in-process kfake) and a real RabbitMQ broker. perftables starts
+// one broker for the run from Debian's rabbitmq-server (or uses the one
+// SESSIONWIRE_AMQP_URL names); without one the run stops before it starts
+// and says so, and -brokers=false leaves the broker table as it is.
+//
 // The garbage collector's share of a benchmark's CPU time grows with the live
 // heap its loop runs beside (internal/benchcpu reports it as live-B). A row
 // and its baseline that ran beside heaps the collector paces differently

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,20 +17,51 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sessionwire/sessionwire/internal/rabbitmqtest"
 )
 
-// pkgs are the packages measured and the benchmarks run in each.
-var pkgs = []struct{ dir, bench string }{
-	{"otelsession", "^Benchmark(Bind|Lookup|SnapshotAndReset)$"},
-	{"otelsession/sessiontrace", "^Benchmark(SpanStart|LogRecord|OTelLogRecord)$"},
-	{"propagation", "^Benchmark(OutboundInject|Signature)$"},
-	{"propagation/httpsession", "."},
-	{"propagation/natssession", "."},
-	{"propagation/kafkasession", "."},
-	{"propagation/amqpsession", "."},
-	{"propagation/execsession", "^BenchmarkEnviron$/^Environ"},
-	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|server_foreign_baggage_first_seen|client)$"},
+// pkgs are the benchmark runs of each round, one process each: a package's
+// directory, the -test.bench pattern run in it, and the -test.benchtime of
+// that run when it is not the -benchtime flag's. A package may be run
+// several times a round (its binary is compiled once): the whole calls
+// through gRPC and the brokers run each row or package on its own, with a
+// fixed count of messages, as the README's loops for them did.
+var pkgs = []struct{ dir, bench, benchtime string }{
+	{"otelsession", "^Benchmark(Bind|Lookup|SnapshotAndReset)$", ""},
+	{"otelsession/sessiontrace", "^Benchmark(SpanStart|LogRecord|OTelLogRecord)$", ""},
+	{"propagation", "^Benchmark(OutboundInject|Signature)$", ""},
+	{"propagation/httpsession", ".", ""},
+	{"propagation/natssession", ".", ""},
+	{"propagation/kafkasession", "^Benchmark(Inject|Extract)$", ""},
+	{"propagation/kafkasession", "^BenchmarkBroker$", brokerBenchtime},
+	{"propagation/amqpsession", "^Benchmark(Inject|Extract)$", ""},
+	{"propagation/amqpsession", "^BenchmarkBroker$", brokerBenchtime},
+	{"propagation/execsession", "^BenchmarkEnviron$/^Environ", ""},
+	{"propagation/grpcsession", "^BenchmarkSteps$/^(server|server_foreign_baggage|server_foreign_baggage_first_seen|client)$", ""},
+	// One process per row, so that no row runs in the heap or beside the
+	// connections another row left.
+	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/off$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/on$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/otelgrpc-w3c-too$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/otelgrpc-except-baggage$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/edge$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/signed$", unaryBenchtime},
 }
+
+// brokerBenchtime is the messages each path sends through a broker per
+// round: all produced, then all consumed, so a count, not a duration.
+// unaryBenchtime is the gRPC calls of each row per round.
+const (
+	brokerBenchtime = "3000x"
+	unaryBenchtime  = "5000x"
+)
+
+// isBrokerRun reports whether a run of pkgs goes through a broker (Kafka's
+// in-process kfake, or a real RabbitMQ), which -brokers=false leaves out
+// with the table that reads them.
+func isBrokerRun(bench string) bool { return bench == "^BenchmarkBroker$" }
 
 // pythonBench is measured beside the packages, in the same rounds: the
 // Python original's bind and read, which prints Go benchmark lines. Its
@@ -56,6 +88,12 @@ type table struct {
 	id, baseHeader string
 	compare        int
 	rows           []row
+	// wall adds a column of wall time beside the CPU time: for a whole
+	// call or message, where waiting (the loopback socket, the broker) is
+	// part of what a user sees. spread adds the lowest and highest round's
+	// comparison to the median: for rows whose rounds scatter far more
+	// than a step's do.
+	wall, spread bool
 }
 
 var tables = []table{
@@ -155,6 +193,25 @@ var tables = []table{
 		{"`otelsession.Bind` (what a gateway does just before signing; cached)", "propagation", "BenchmarkSignature/Bind", "", ""},
 		{"`Signer.Sign`", "propagation", "BenchmarkSignature/Sign", "", ""},
 	}},
+	{id: "brokers", baseHeader: "raw path", compare: pct, wall: true, spread: true, rows: []row{
+		{"Kafka (franz-go, in-process kfake), raw: trace context only", "propagation/kafkasession", "BenchmarkBroker/path=raw", "", ""},
+		{"Kafka, the stock W3C propagators carrying the session as plain baggage", "propagation/kafkasession", "BenchmarkBroker/path=rawbaggage", "BenchmarkBroker/path=raw", ""},
+		{"Kafka, `kafkasession` `Publisher`/`Consumer` with the policies", "propagation/kafkasession", "BenchmarkBroker/path=session", "BenchmarkBroker/path=raw", ""},
+		{"… the same beside plain baggage (what the policies cost over carrying the session at all)", "propagation/kafkasession", "BenchmarkBroker/path=session", "BenchmarkBroker/path=rawbaggage", ""},
+		{"RabbitMQ (amqp091-go, a real broker), raw: trace context only", "propagation/amqpsession", "BenchmarkBroker/path=raw", "", ""},
+		{"RabbitMQ, the stock W3C propagators carrying the session as plain baggage", "propagation/amqpsession", "BenchmarkBroker/path=rawbaggage", "BenchmarkBroker/path=raw", ""},
+		{"RabbitMQ, `amqpsession` `Publisher`/`Consumer` with the policies", "propagation/amqpsession", "BenchmarkBroker/path=session", "BenchmarkBroker/path=raw", ""},
+		{"… the same beside plain baggage", "propagation/amqpsession", "BenchmarkBroker/path=session", "BenchmarkBroker/path=rawbaggage", ""},
+	}},
+	{id: "grpc", baseHeader: "raw `otelgrpc`", compare: pct, wall: true, spread: true, rows: []row{
+		{"raw `otelgrpc`, no session", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/off", "", ""},
+		{"raw `otelgrpc`, a full session as plain baggage (the W3C propagators)", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/on", "", ""},
+		{"`grpcsession` + `otelgrpc`, no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off", "BenchmarkUnary/otelgrpc/off", ""},
+		{"**`grpcsession.Edge`, `otelgrpc` given `Edge.Propagator()`** (recommended), the session checked and accepted", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/edge", "BenchmarkUnary/otelgrpc/on", ""},
+		{"the interceptors, `otelgrpc` given `grpcsession.ExceptBaggage`", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/otelgrpc-except-baggage", "BenchmarkUnary/otelgrpc/on", ""},
+		{"the interceptors, `otelgrpc` given the W3C propagators too (the baggage parsed and written twice)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/otelgrpc-w3c-too", "BenchmarkUnary/otelgrpc/on", ""},
+		{"the interceptors, `otelgrpc` given the W3C propagators, signed per call, verified", "propagation/grpcsession", "BenchmarkUnary/grpcsession/signed", "BenchmarkUnary/otelgrpc/on", ""},
+	}},
 	{id: "spans", baseHeader: "span without attributes", compare: delta, rows: []row{
 		{"span start + end, no session attributes (baseline)", "otelsession/sessiontrace", "BenchmarkSpanStart/baseline/no_session_attributes", "", ""},
 		{"… with `SpanProcessor`, default fields, user id hashed", "otelsession/sessiontrace", "BenchmarkSpanStart/sessiontrace/processor", "BenchmarkSpanStart/baseline/no_session_attributes", ""},
@@ -199,6 +256,7 @@ func run() error {
 	profDir := flag.String("profiles", "", "also record the CPU profiles behind the README's \"where the cost goes\" into this directory")
 	profTime := flag.String("profiletime", "4s", "-test.benchtime of each profiled benchmark")
 	python := flag.String("python", "python3", "the interpreter that runs the Python original's benchmark; \"\" skips it and leaves its table as it is")
+	brokers := flag.Bool("brokers", true, "also send messages through Kafka (in-process) and RabbitMQ (a broker started for the run unless "+rabbitmqtest.URLEnv+" names one); false leaves the broker table as it is")
 	heapCheck := flag.Bool("heapcheck", true, "refuse to rewrite the README when a row and its baseline ran beside live heaps the garbage collector paces differently (the mismatches are printed either way)")
 	flag.Parse()
 	if *rounds < 1 {
@@ -217,7 +275,12 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(bin)
+	compiled := map[string]bool{}
 	for _, p := range pkgs {
+		if compiled[p.dir] {
+			continue
+		}
+		compiled[p.dir] = true
 		fmt.Fprintf(os.Stderr, "compiling %s\n", p.dir)
 		cmd := exec.Command("go", "test", "-c", "-o", binPath(bin, p.dir), "./"+p.dir)
 		cmd.Stderr = os.Stderr
@@ -225,20 +288,45 @@ func run() error {
 			return fmt.Errorf("compile the benchmarks of %s: %w", p.dir, err)
 		}
 	}
+	// One RabbitMQ broker for the whole run, so that no round pays its
+	// start (about 25 s) and every round's messages go through the same
+	// broker; the benchmark binaries find it by its URL.
+	var env []string
+	if *brokers && os.Getenv(rabbitmqtest.URLEnv) == "" {
+		fmt.Fprintln(os.Stderr, "starting a RabbitMQ broker for the broker table")
+		broker, err := rabbitmqtest.Start(context.Background())
+		if err != nil {
+			return fmt.Errorf("the broker table needs RabbitMQ (install Debian's rabbitmq-server, set %s to a running broker's URL, or pass -brokers=false to leave the table as it is): %w", rabbitmqtest.URLEnv, err)
+		}
+		defer func() {
+			if err := broker.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "perftables:", err)
+			}
+		}()
+		env = append(os.Environ(), rabbitmqtest.URLEnv+"="+broker.URL)
+	}
 	machine := describeMachine()
 	results := map[string]*result{}
 	var raw bytes.Buffer
 	start := time.Now()
 	for r := 1; r <= *rounds; r++ {
 		for _, p := range pkgs {
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, p.dir)
+			if !*brokers && isBrokerRun(p.bench) {
+				continue
+			}
+			bt := *benchtime
+			if p.benchtime != "" {
+				bt = p.benchtime
+			}
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s %s\n", r, *rounds, p.dir, p.bench)
 			cmd := exec.Command(binPath(bin, p.dir), "-test.run", "^$", "-test.bench", p.bench,
-				"-test.benchmem", "-test.benchtime", *benchtime)
+				"-test.benchmem", "-test.benchtime", bt)
 			cmd.Dir = p.dir
+			cmd.Env = env // nil: this process's environment
 			cmd.Stderr = os.Stderr
 			out, err := cmd.Output()
 			if err != nil {
-				return fmt.Errorf("benchmarks of %s, round %d: %w", p.dir, r, err)
+				return fmt.Errorf("benchmarks %s of %s, round %d: %w", p.bench, p.dir, r, err)
 			}
 			fmt.Fprintf(&raw, "pkg: %s\n", p.dir)
 			raw.Write(out)
@@ -253,6 +341,13 @@ func run() error {
 			fmt.Fprintf(&raw, "pkg: python\n")
 			raw.Write(out)
 			parse("python", out, results)
+		}
+	}
+	// A benchmark two runs of a round select would pair its rounds with
+	// its baseline's wrongly: its samples would be twice as many.
+	for key, res := range results {
+		if n := max(len(res.ns), len(res.cpu)); n > *rounds {
+			return fmt.Errorf("%s ran %d times in %d rounds: more than one of the runs in pkgs selects it (a -test.bench pattern matches the sub-benchmarks of a longer name too)", key, n, *rounds)
 		}
 	}
 	machine += fmt.Sprintf(", load average %s at the end; %d rounds of -benchtime %s in %s",
@@ -277,7 +372,7 @@ func run() error {
 	}
 	blocks := map[string]string{"machine": machine + "\n"}
 	for _, t := range tables {
-		if t.id == "python" && *python == "" {
+		if t.id == "python" && *python == "" || t.id == "brokers" && !*brokers {
 			continue // left as the README has it
 		}
 		s, err := render(t, results)
@@ -490,14 +585,26 @@ func pairedDelta(r, base *result) float64 {
 
 func render(t table, results map[string]*result) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| operation | ns/op | B/op | allocs/op | %s, ns/op | vs. it |\n| --- | ---: | ---: | ---: | ---: | ---: |\n", t.baseHeader)
+	wallHeader, wallRule, vsHeader := "", "", "vs. it"
+	if t.wall {
+		wallHeader, wallRule = " wall ns/op |", " ---: |"
+	}
+	if t.spread {
+		vsHeader = "vs. it (median; lowest and highest round)"
+	}
+	fmt.Fprintf(&b, "| operation | ns/op |%s B/op | allocs/op | %s, ns/op | %s |\n| --- | ---: |%s ---: | ---: | ---: | ---: |\n",
+		wallHeader, t.baseHeader, vsHeader, wallRule)
 	for _, r := range t.rows {
 		res := results[r.pkg+" "+r.name]
 		if res == nil {
 			return "", fmt.Errorf("no result for %s in %s: was the benchmark renamed?", r.name, r.pkg)
 		}
 		ns, mark := timeOf(res)
-		fmt.Fprintf(&b, "| %s | %s%s | %s | %s |", r.label, num(ns), mark, countOf(res.bytes), countOf(res.allocs))
+		fmt.Fprintf(&b, "| %s | %s%s |", r.label, num(ns), mark)
+		if t.wall {
+			fmt.Fprintf(&b, " %s |", num(median(res.ns)))
+		}
+		fmt.Fprintf(&b, " %s | %s |", countOf(res.bytes), countOf(res.allocs))
 		if r.base == "" {
 			b.WriteString(" | |\n")
 			continue
@@ -516,18 +623,48 @@ func render(t table, results map[string]*result) (string, error) {
 		// seconds apart, so what other work did to the machine in that round
 		// weighs on both.
 		q, d := pairedRatio(res, base), pairedDelta(res, base)
-		var vs string
-		switch t.compare {
-		case ratio:
-			vs = fmt.Sprintf("%.2f×", q)
-		case pct:
-			vs = fmt.Sprintf("%+.0f%%", 100*(q-1))
-		case delta:
-			vs = fmt.Sprintf("%+.2f µs", d/1000)
+		vs := compared(t.compare, q, d)
+		if lo, hi, ok := roundRange(res, base); ok && t.spread {
+			// Each round's own ratio, and its difference, move together:
+			// the lowest ratio is the lowest difference's round.
+			vs += fmt.Sprintf(" (%s to %s)", compared(t.compare, lo[0], lo[1]), compared(t.compare, hi[0], hi[1]))
 		}
 		fmt.Fprintf(&b, " %s | %s |\n", num(bns), vs)
 	}
 	return b.String(), nil
+}
+
+// compared formats a row's comparison with its baseline, the ratio q or
+// the difference d (ns), as compare asks.
+func compared(compare int, q, d float64) string {
+	switch compare {
+	case ratio:
+		return fmt.Sprintf("%.2f×", q)
+	case pct:
+		return fmt.Sprintf("%+.0f%%", 100*(q-1))
+	default:
+		return fmt.Sprintf("%+.2f µs", d/1000)
+	}
+}
+
+// roundRange is the ratio and difference of r to base in the round where
+// the ratio was lowest, and in the one where it was highest; ok false when
+// the rounds do not pair.
+func roundRange(r, base *result) (lo, hi [2]float64, ok bool) {
+	a, b := times(r), times(base)
+	if len(a) != len(b) || len(a) == 0 {
+		return lo, hi, false
+	}
+	for i := range a {
+		q := [2]float64{a[i] / b[i], a[i] - b[i]}
+		if i == 0 || q[0] < lo[0] {
+			lo = q
+		}
+		if i == 0 || q[0] > hi[0] {
+			hi = q
+		}
+	}
+	return lo, hi, true
 }
 
 // num formats a median: thousands separated, one decimal below 100.

@@ -89,6 +89,35 @@ func TestRenderPairsARowWithABaselineOfAnotherPackage(t *testing.T) {
 	}
 }
 
+// A whole call's table shows wall time beside CPU time, and the rounds'
+// lowest and highest comparison beside the median: the lowest is the
+// round whose own ratio was lowest, not the lowest times of row and
+// baseline taken from different rounds.
+func TestRenderShowsWallTimeAndTheRoundsSpread(t *testing.T) {
+	results := map[string]*result{
+		"g BenchmarkUnary/raw":  {cpu: []float64{100, 200, 100}, ns: []float64{80, 90, 85}, bytes: []float64{10, 10, 10}, allocs: []float64{1, 1, 1}},
+		"g BenchmarkUnary/edge": {cpu: []float64{90, 260, 150}, ns: []float64{70, 95, 99}, bytes: []float64{8, 8, 8}, allocs: []float64{1, 1, 1}},
+	}
+	tb := table{id: "grpc", baseHeader: "raw", compare: pct, wall: true, spread: true, rows: []row{
+		{"raw", "g", "BenchmarkUnary/raw", "", ""},
+		{"edge", "g", "BenchmarkUnary/edge", "BenchmarkUnary/raw", ""},
+	}}
+	got, err := render(tb, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| operation | ns/op | wall ns/op | B/op | allocs/op | raw, ns/op | vs. it (median; lowest and highest round) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+		"| raw | 100 | 85.0 | 10 | 1 | | |\n",
+		// Ratios by round: 0.90, 1.30, 1.50.
+		"| edge | 150 | 95.0 | 8 | 1 | 100 | +30% (-10% to +50%) |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 func TestScriptArgsReadBenchtimeAsGoTestDoes(t *testing.T) {
 	for _, tc := range []struct {
 		benchtime string
