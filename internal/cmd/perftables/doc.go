@@ -15,6 +15,13 @@
 //	go run ./internal/cmd/perftables -rounds 8 -benchtime 0.5s
 //	go run ./internal/cmd/perftables -n                 # print the tables, leave README.md alone
 //	go run ./internal/cmd/perftables -profiles internal/cmd/perftables/profiles
+//	go run ./internal/cmd/perftables -raw /tmp/run.txt  # keep the benchmark lines
+//	go run ./internal/cmd/perftables -from /tmp/run.txt # render them again, running nothing
+//
+// Beside the tables it writes the "targets" table: each performance target
+// of issue 15, how many of the rows it holds are within it in this run, and
+// each row that is not, with its comparison (targets in main.go says which
+// rows each holds).
 //
 // Each round also runs python/original_bench.py with python3: the Python
 // original's bind and read, written out from the module sessionwire

@@ -116,7 +116,7 @@ var tables = []table{
 		{"`Lookup`, remote field, a worker's context (accepted from a message by an inbound policy, under a span)", "otelsession", "BenchmarkLookup/extracted/sessionwire/Lookup", "BenchmarkLookup/extracted/baseline/baggage_Member_Value", ""},
 		{"`Getenv`, bound field, a worker's context", "otelsession", "BenchmarkLookup/extracted/sessionwire/Getenv", "BenchmarkLookup/extracted/baseline/baggage_Member_Value", ""},
 		{"`Lookup`, remote field, baggage no sessionwire code built or accepted (the stock propagator's extraction, under a span)", "otelsession", "BenchmarkLookup/foreign/sessionwire/Lookup", "BenchmarkLookup/foreign/baseline/baggage_Member_Value", ""},
-		{"`Getenv`, bound field, the same context", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkLookup/foreign/baseline/baggage_Member_Value", ""},
+		{"`Getenv`, bound field, the same context (baggage no sessionwire code built)", "otelsession", "BenchmarkLookup/foreign/sessionwire/Getenv", "BenchmarkLookup/foreign/baseline/baggage_Member_Value", ""},
 		{"`Lookup`, local field", "otelsession", "BenchmarkLookup/sessionwire/Lookup_local_field", "", ""},
 		{"`Getenv`, Unset (falls back to the environment)", "otelsession", "BenchmarkLookup/sessionwire/Getenv_unset_fallback", "", ""},
 		{"baseline: `baggage.FromContext(ctx).Member(k).Value()`", "otelsession", "BenchmarkLookup/baseline/baggage_Member_Value", "", ""},
@@ -234,6 +234,86 @@ var tables = []table{
 	}},
 }
 
+// A target is one of the performance targets of issue 15 and the rows of
+// the tables above that it holds, each compared with its own baseline as
+// its table compares it: the "targets" table says, from the same run, how
+// many are within it and which are not, so that no sentence of the README
+// has to.
+type target struct {
+	label string
+	// limit is the highest comparison within the target: a ratio (1.10 is
+	// +10%), or for a table of differences, nanoseconds.
+	limit float64
+	pick  func(tableID string, r row) bool
+}
+
+var targets = []target{
+	{"`Bind` of a session seen before faster than the Python original's whole bind (beside a small heap, and beside 512 sessions kept alive)", 1, func(id string, r row) bool {
+		return id == "python" && strings.HasPrefix(r.base, "BenchmarkPythonOriginal/set_session_vars") && !strings.HasSuffix(r.name, "first_time")
+	}},
+	{"a first-time `Bind` within 1.1× the `baggage.New` floor", 1.10, func(id string, r row) bool {
+		return id == "core" && r.name == "BenchmarkBind/sessionwire/Bind_first_time" && r.base == "BenchmarkBind/baseline/baggage.New_prebuilt"
+	}},
+	{"`Lookup` and `Getenv` within 1.1× the raw member read (on `Bind`'s context, a worker's, and a baggage no sessionwire code built)", 1.10, func(id string, r row) bool {
+		return id == "core" && (strings.HasSuffix(r.name, "/Lookup") || strings.HasSuffix(r.name, "/Getenv")) && strings.HasSuffix(r.base, "/baggage_Member_Value")
+	}},
+	{"every boundary row within +10% of the raw OpenTelemetry path carrying the same (leaving out the rows that say what signing or the legacy variables add, and the configurations this README advises against: W3C given to `otelhttp`/`otelgrpc` beside the policy)", 1.10, func(id string, r row) bool {
+		switch id {
+		case "boundary":
+			return !strings.HasPrefix(r.label, "…") && !strings.Contains(r.label, "W3C too")
+		case "brokers":
+			return strings.HasSuffix(r.base, "path=rawbaggage")
+		case "grpc":
+			return r.base != "" && !strings.HasSuffix(r.name, "otelgrpc-w3c-too") && !strings.HasSuffix(r.name, "signed")
+		}
+		return false
+	}},
+	{"the span processor, default fields, at most +1 µs over a bare span", 1000, func(id string, r row) bool {
+		return id == "spans" && r.name == "BenchmarkSpanStart/sessiontrace/processor"
+	}},
+}
+
+// renderTargets is the "targets" table: for each target, how many of its
+// rows are within it, and each row that is not, with its comparison.
+func renderTargets(results map[string]*result, skip map[string]bool) (string, error) {
+	var b strings.Builder
+	b.WriteString("| target (issue 15) | rows | within it | over it in this run |\n| --- | ---: | ---: | --- |\n")
+	for _, tg := range targets {
+		n, within := 0, 0
+		var over []string
+		for _, t := range tables {
+			if skip[t.id] {
+				continue
+			}
+			for _, r := range t.rows {
+				if r.base == "" || !tg.pick(t.id, r) {
+					continue
+				}
+				basePkg := r.basePkg
+				if basePkg == "" {
+					basePkg = r.pkg
+				}
+				res, base := results[r.pkg+" "+r.name], results[basePkg+" "+r.base]
+				if res == nil || base == nil {
+					return "", fmt.Errorf("target %q: no result for %s or %s", tg.label, r.name, r.base)
+				}
+				q, d := pairedRatio(res, base), pairedDelta(res, base)
+				n++
+				if t.compare == delta && d <= tg.limit || t.compare != delta && q <= tg.limit {
+					within++
+					continue
+				}
+				over = append(over, fmt.Sprintf("%s: %s", strings.ReplaceAll(r.label, "|", "\\|"), compared(t.compare, q, d)))
+			}
+		}
+		if n == 0 {
+			return "", fmt.Errorf("target %q holds no row: was a row renamed?", tg.label)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |\n", tg.label, n, within, strings.Join(over, "; "))
+	}
+	return b.String(), nil
+}
+
 // result is one benchmark's measurements over the rounds.
 type result struct {
 	ns, cpu, bytes, allocs []float64
@@ -257,6 +337,7 @@ func run() error {
 	profTime := flag.String("profiletime", "4s", "-test.benchtime of each profiled benchmark")
 	python := flag.String("python", "python3", "the interpreter that runs the Python original's benchmark; \"\" skips it and leaves its table as it is")
 	brokers := flag.Bool("brokers", true, "also send messages through Kafka (in-process) and RabbitMQ (a broker started for the run unless "+rabbitmqtest.URLEnv+" names one); false leaves the broker table as it is")
+	from := flag.String("from", "", "render the tables from the benchmark lines an earlier run wrote with -raw, running nothing (the machine line is left as the README has it)")
 	heapCheck := flag.Bool("heapcheck", true, "refuse to rewrite the README when a row and its baseline ran beside live heaps the garbage collector paces differently (the mismatches are printed either way)")
 	flag.Parse()
 	if *rounds < 1 {
@@ -265,14 +346,83 @@ func run() error {
 	if _, err := os.Stat("go.mod"); err != nil {
 		return errors.New("run it from the repository root (no go.mod here)")
 	}
-	if *python != "" {
-		if _, err := exec.LookPath(*python); err != nil {
-			return fmt.Errorf("the Python original's benchmark needs %s (install it, or pass -python \"\" to leave its table as it is): %w", *python, err)
+	var results map[string]*result
+	var machine string
+	if *from != "" {
+		data, err := os.ReadFile(*from)
+		if err != nil {
+			return fmt.Errorf("-from: %w", err)
+		}
+		if results = parseRaw(data); len(results) == 0 {
+			return fmt.Errorf("-from %s holds no benchmark line perftables wrote", *from)
+		}
+	} else {
+		var err error
+		if results, machine, err = measure(measureOptions{rounds: *rounds, benchtime: *benchtime, rawOut: *rawOut,
+			profDir: *profDir, profTime: *profTime, python: *python, brokers: *brokers}); err != nil {
+			return err
+		}
+	}
+	mismatches := heapMismatches(results)
+	for _, m := range mismatches {
+		fmt.Fprintln(os.Stderr, "perftables:", m)
+	}
+	blocks := map[string]string{}
+	if machine != "" {
+		blocks["machine"] = machine + "\n"
+	}
+	skip := map[string]bool{"python": *python == "", "brokers": !*brokers}
+	for _, t := range tables {
+		if skip[t.id] {
+			continue // left as the README has it
+		}
+		s, err := render(t, results)
+		if err != nil {
+			return err
+		}
+		blocks[t.id] = s
+	}
+	// Targets whose rows were not run this time are left out of the count:
+	// the table says so by its rows column.
+	s, err := renderTargets(results, skip)
+	if err != nil {
+		return err
+	}
+	blocks["targets"] = s
+	if *dry {
+		for _, id := range append([]string{"machine", "targets"}, tableIDs()...) {
+			if body, ok := blocks[id]; ok {
+				fmt.Printf("<!-- perf:%s -->\n%s\n", id, body)
+			}
+		}
+		return nil
+	}
+	if len(mismatches) > 0 && *heapCheck {
+		return fmt.Errorf("README.md left as it is: %d rows ran beside a live heap unlike their baseline's (above); keep alive through both what the benchmark keeps for one of them, or pass -heapcheck=false", len(mismatches))
+	}
+	return rewrite(*readme, blocks)
+}
+
+// measureOptions are the flags that say how measure runs the benchmarks.
+type measureOptions struct {
+	rounds            int
+	benchtime, rawOut string
+	profDir, profTime string
+	python            string
+	brokers           bool
+}
+
+// measure compiles the benchmarks and runs them in rounds, and returns
+// their results and the description of the machine and the run.
+func measure(o measureOptions) (map[string]*result, string, error) {
+	if o.python != "" {
+		if _, err := exec.LookPath(o.python); err != nil {
+			return nil, "", fmt.Errorf("the Python original's benchmark needs %s (install it, or pass -python \"\" to leave its table as it is): %w", o.python, err)
 		}
 	}
 	bin, err := os.MkdirTemp("", "perftables")
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer os.RemoveAll(bin)
 	compiled := map[string]bool{}
@@ -285,18 +435,18 @@ func run() error {
 		cmd := exec.Command("go", "test", "-c", "-o", binPath(bin, p.dir), "./"+p.dir)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("compile the benchmarks of %s: %w", p.dir, err)
+			return nil, "", fmt.Errorf("compile the benchmarks of %s: %w", p.dir, err)
 		}
 	}
 	// One RabbitMQ broker for the whole run, so that no round pays its
 	// start (about 25 s) and every round's messages go through the same
 	// broker; the benchmark binaries find it by its URL.
 	var env []string
-	if *brokers && os.Getenv(rabbitmqtest.URLEnv) == "" {
+	if o.brokers && os.Getenv(rabbitmqtest.URLEnv) == "" {
 		fmt.Fprintln(os.Stderr, "starting a RabbitMQ broker for the broker table")
 		broker, err := rabbitmqtest.Start(context.Background())
 		if err != nil {
-			return fmt.Errorf("the broker table needs RabbitMQ (install Debian's rabbitmq-server, set %s to a running broker's URL, or pass -brokers=false to leave the table as it is): %w", rabbitmqtest.URLEnv, err)
+			return nil, "", fmt.Errorf("the broker table needs RabbitMQ (install Debian's rabbitmq-server, set %s to a running broker's URL, or pass -brokers=false to leave the table as it is): %w", rabbitmqtest.URLEnv, err)
 		}
 		defer func() {
 			if err := broker.Stop(); err != nil {
@@ -309,16 +459,16 @@ func run() error {
 	results := map[string]*result{}
 	var raw bytes.Buffer
 	start := time.Now()
-	for r := 1; r <= *rounds; r++ {
+	for r := 1; r <= o.rounds; r++ {
 		for _, p := range pkgs {
-			if !*brokers && isBrokerRun(p.bench) {
+			if !o.brokers && isBrokerRun(p.bench) {
 				continue
 			}
-			bt := *benchtime
+			bt := o.benchtime
 			if p.benchtime != "" {
 				bt = p.benchtime
 			}
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s %s\n", r, *rounds, p.dir, p.bench)
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s %s\n", r, o.rounds, p.dir, p.bench)
 			cmd := exec.Command(binPath(bin, p.dir), "-test.run", "^$", "-test.bench", p.bench,
 				"-test.benchmem", "-test.benchtime", bt)
 			cmd.Dir = p.dir
@@ -326,17 +476,17 @@ func run() error {
 			cmd.Stderr = os.Stderr
 			out, err := cmd.Output()
 			if err != nil {
-				return fmt.Errorf("benchmarks %s of %s, round %d: %w", p.bench, p.dir, r, err)
+				return nil, "", fmt.Errorf("benchmarks %s of %s, round %d: %w", p.bench, p.dir, r, err)
 			}
 			fmt.Fprintf(&raw, "pkg: %s\n", p.dir)
 			raw.Write(out)
 			parse(p.dir, out, results)
 		}
-		if *python != "" {
-			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, pythonBench)
-			out, err := runScript(*python, pythonBench, *benchtime)
+		if o.python != "" {
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, o.rounds, pythonBench)
+			out, err := runScript(o.python, pythonBench, o.benchtime)
 			if err != nil {
-				return fmt.Errorf("round %d: %w", r, err)
+				return nil, "", fmt.Errorf("round %d: %w", r, err)
 			}
 			fmt.Fprintf(&raw, "pkg: python\n")
 			raw.Write(out)
@@ -346,53 +496,56 @@ func run() error {
 	// A benchmark two runs of a round select would pair its rounds with
 	// its baseline's wrongly: its samples would be twice as many.
 	for key, res := range results {
-		if n := max(len(res.ns), len(res.cpu)); n > *rounds {
-			return fmt.Errorf("%s ran %d times in %d rounds: more than one of the runs in pkgs selects it (a -test.bench pattern matches the sub-benchmarks of a longer name too)", key, n, *rounds)
+		if n := max(len(res.ns), len(res.cpu)); n > o.rounds {
+			return nil, "", fmt.Errorf("%s ran %d times in %d rounds: more than one of the runs in pkgs selects it (a -test.bench pattern matches the sub-benchmarks of a longer name too)", key, n, o.rounds)
 		}
 	}
 	machine += fmt.Sprintf(", load average %s at the end; %d rounds of -benchtime %s in %s",
-		loadAverage(), *rounds, *benchtime, time.Since(start).Round(time.Second))
-	if *rawOut != "" {
-		if err := os.WriteFile(*rawOut, raw.Bytes(), 0o644); err != nil {
-			return err
+		loadAverage(), o.rounds, o.benchtime, time.Since(start).Round(time.Second))
+	if o.rawOut != "" {
+		if err := os.WriteFile(o.rawOut, raw.Bytes(), 0o644); err != nil {
+			return nil, "", err
 		}
 	}
-	if *profDir != "" {
-		lines, err := writeProfiles(*profDir, bin, *profTime, machine)
+	if o.profDir != "" {
+		lines, err := writeProfiles(o.profDir, bin, o.profTime, machine)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		for _, l := range lines {
 			fmt.Fprintln(os.Stderr, l)
 		}
 	}
-	mismatches := heapMismatches(results)
-	for _, m := range mismatches {
-		fmt.Fprintln(os.Stderr, "perftables:", m)
+	return results, machine, nil
+}
+
+// parseRaw reads what -raw wrote: each package's benchmark lines after a
+// "pkg: DIR" line naming one of pkgs' directories (or "python"). The test
+// binaries' own "pkg:" lines, with the module's path, are not such lines.
+func parseRaw(data []byte) map[string]*result {
+	dirs := map[string]bool{"python": true}
+	for _, p := range pkgs {
+		dirs[p.dir] = true
 	}
-	blocks := map[string]string{"machine": machine + "\n"}
-	for _, t := range tables {
-		if t.id == "python" && *python == "" || t.id == "brokers" && !*brokers {
-			continue // left as the README has it
+	results := map[string]*result{}
+	var cur string
+	var chunk bytes.Buffer
+	flush := func() {
+		if cur != "" {
+			parse(cur, chunk.Bytes(), results)
 		}
-		s, err := render(t, results)
-		if err != nil {
-			return err
+		chunk.Reset()
+	}
+	for line := range strings.Lines(string(data)) {
+		if d, ok := strings.CutPrefix(strings.TrimSpace(line), "pkg: "); ok && dirs[d] {
+			flush()
+			cur = d
+			continue
 		}
-		blocks[t.id] = s
+		chunk.WriteString(line)
 	}
-	if *dry {
-		for _, id := range append([]string{"machine"}, tableIDs()...) {
-			if body, ok := blocks[id]; ok {
-				fmt.Printf("<!-- perf:%s -->\n%s\n", id, body)
-			}
-		}
-		return nil
-	}
-	if len(mismatches) > 0 && *heapCheck {
-		return fmt.Errorf("README.md left as it is: %d rows ran beside a live heap unlike their baseline's (above); keep alive through both what the benchmark keeps for one of them, or pass -heapcheck=false", len(mismatches))
-	}
-	return rewrite(*readme, blocks)
+	flush()
+	return results
 }
 
 // markPerByte is about how many bytes the garbage collector marks for each

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -232,5 +233,88 @@ func TestParseReadsLiveHeap(t *testing.T) {
 	r := results["otelsession BenchmarkBind/sessionwire/Bind"]
 	if r == nil || !slices.Equal(r.live, []float64{163536}) || !slices.Equal(r.cpu, []float64{420}) {
 		t.Fatalf("parse: %+v", r)
+	}
+}
+
+// Each target holds the rows it names in the tables perftables writes, and
+// the targets table lists every row over its target with its comparison:
+// a renamed row, or a target that picks nothing, fails here rather than
+// in a ten-minute run.
+func TestTargetsHoldTheirRowsAndNameThoseOver(t *testing.T) {
+	results := map[string]*result{}
+	for _, tb := range tables {
+		for _, r := range tb.rows {
+			results[r.pkg+" "+r.name] = &result{cpu: []float64{1000, 1000, 1000}}
+			basePkg := r.basePkg
+			if basePkg == "" {
+				basePkg = r.pkg
+			}
+			if r.base != "" {
+				results[basePkg+" "+r.base] = &result{cpu: []float64{1000, 1000, 1000}}
+			}
+		}
+	}
+	// Everything equal to its baseline: every row is within its target (a
+	// comparison at the limit is within it).
+	got, err := renderTargets(results, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRows := []int{3, 1, 6, 0, 1}
+	lines := strings.Split(strings.TrimSpace(got), "\n")[2:]
+	if len(lines) != len(targets) {
+		t.Fatalf("%d lines for %d targets:\n%s", len(lines), len(targets), got)
+	}
+	for i, l := range lines {
+		f := strings.Split(l, " | ")
+		if wantRows[i] > 0 && f[1] != strconv.Itoa(wantRows[i]) {
+			t.Errorf("target %d holds %s rows, want %d: %s", i, f[1], wantRows[i], l)
+		}
+		if f[1] != f[2] {
+			t.Errorf("target %d: rows equal to their baselines are not all within it: %s", i, l)
+		}
+	}
+	// The boundary target holds the 37 rows of the boundary table that
+	// sit beside a raw path carrying the same, the two brokers beside
+	// plain baggage and three whole gRPC calls; not what signing or the
+	// legacy variables add, nor the four configurations given W3C twice
+	// (a row added to a table changes this count: decide whether the
+	// target holds it).
+	if !strings.Contains(lines[3], "| 42 | 42 |") {
+		t.Errorf("the boundary target does not hold the 42 rows it should:\n%s", lines[3])
+	}
+	// A first-time Bind at 1.5× its floor, and a foreign read at 1.2×, are
+	// named with their comparison.
+	results["otelsession BenchmarkBind/sessionwire/Bind_first_time"] = &result{cpu: []float64{1500, 1500, 1500}}
+	results["otelsession BenchmarkLookup/foreign/sessionwire/Getenv"] = &result{cpu: []float64{1200, 1100, 1300}}
+	got, err = renderTargets(results, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 1 | 0 | `Bind`, a session never bound before: 1.50× |", "| 6 | 5 | `Getenv`, bound field, the same context (baggage no sessionwire code built): 1.20× |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the targets table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// -from reads back what -raw wrote: each package's lines after perftables'
+// own "pkg: DIR" line, not after the test binary's "pkg: MODULE/DIR", and
+// the rounds in the order they ran, so that they pair as in the run.
+func TestParseRawReadsWhatRawWrote(t *testing.T) {
+	raw := "pkg: otelsession\ngoos: linux\npkg: github.com/sessionwire/sessionwire/otelsession\n" +
+		"BenchmarkBind/x-2   \t 1000\t 300 ns/op\t 310 cpu-ns/op\n" +
+		"pkg: python\nBenchmarkPy/bind \t 10\t 3000 ns/op\n" +
+		"pkg: otelsession\npkg: github.com/sessionwire/sessionwire/otelsession\n" +
+		"BenchmarkBind/x-2   \t 1000\t 320 ns/op\t 330 cpu-ns/op\n"
+	got := parseRaw([]byte(raw))
+	if r := got["otelsession BenchmarkBind/x"]; r == nil || !slices.Equal(r.cpu, []float64{310, 330}) {
+		t.Errorf("otelsession's rounds: %+v", r)
+	}
+	if r := got["python BenchmarkPy/bind"]; r == nil || !slices.Equal(r.ns, []float64{3000}) {
+		t.Errorf("python's round: %+v", r)
+	}
+	if len(got) != 2 {
+		t.Errorf("%d results, want 2: %v", len(got), got)
 	}
 }
