@@ -11,7 +11,9 @@
 // RecordOf; its values held as strings, Values, or as spans of the one
 // baggage line an inbound policy read them from, Spans), and the table of
 // the maps a record was made for, by which
-// RecordOf knows at once that a baggage has none (Recorded). It also owns
+// RecordOf knows at once that a baggage has none (Recorded; a map is known
+// there by its address and the hash seed Go drew for it, so that a map made
+// where a recorded one was freed is not taken for it). It also owns
 // telling two baggages apart by their map (BaggageID), for whoever keeps
 // what it built from one. It owns nothing else; otelsession sets the hooks at start-up.
 package sessionstate

@@ -37,6 +37,36 @@ func TestBaggageIDIsTheMapPointer(t *testing.T) {
 	}
 }
 
+// The hints tell maps apart by their hash seed as well as their address.
+// The start-up check finds the seed where Go's maps keep it; should a Go
+// release move it, this fails, and the hints (correct either way) fall back
+// to addresses alone, which a process that frees and reuses baggage maps
+// mistakes for one another (TestForeignBaggageIsNotTakenForARecordedOne in
+// otelsession).
+func TestMapSeedIsReadFromTheRuntimesMap(t *testing.T) {
+	if !mapSeeds {
+		t.Fatal("the word at mapSeedOffset of a map is not its hash seed in this Go release: find where internal/runtime/maps.Map keeps it")
+	}
+	seen := map[uintptr]bool{}
+	for i := range 100 {
+		b, err := baggage.Parse("a=1,session.chat_id=c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := mapSeed(b)
+		if s != mapSeed(b) || b.Member("a").Value() != "1" || s != mapSeed(b) {
+			t.Fatalf("map %d: its seed changed while it was read", i)
+		}
+		seen[s] = true
+	}
+	if len(seen) < 99 {
+		t.Errorf("100 maps of the same members had %d seeds: not a seed drawn for each map", len(seen))
+	}
+	if mapSeed(baggage.Baggage{}) != 0 {
+		t.Error("a baggage without a map has a seed")
+	}
+}
+
 type otherKey struct{}
 
 // A context's record is returned for its own baggage only (not for another
