@@ -251,6 +251,12 @@ func TestFieldByEnvMatchesTheTable(t *testing.T) {
 		if got := fieldByEnv(s.Env); got != s.Field {
 			t.Errorf("fieldByEnv(%q) = %v, want %v", s.Env, got, s.Field)
 		}
+		// A name built at run time (not the table's own string) and a
+		// prefix of it (the same bytes, shorter) are told apart by their
+		// bytes, not where they are.
+		if got := fieldByEnv(strings.Clone(s.Env)); got != s.Field {
+			t.Errorf("fieldByEnv of a copy of %q = %v, want %v", s.Env, got, s.Field)
+		}
 		for _, not := range []string{strings.ToLower(s.Env), s.Env[:len(s.Env)-1], s.Env + "_", "X" + s.Env[1:]} {
 			if got := fieldByEnv(not); got != 0 {
 				t.Errorf("fieldByEnv(%q) = %v, want none", not, got)

@@ -3,6 +3,7 @@ package otelsession
 import (
 	"context"
 	"strings"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 
@@ -321,8 +322,11 @@ func envSlot(name string) uint {
 // when none.
 func envEntryOf(name string) *envEntry {
 	for j := envSlot(name); envSlots[j].f != 0; j = (j + 1) % uint(len(envSlots)) {
-		if envSlots[j].name == name {
-			return &envSlots[j]
+		// A caller's literal is the table's own string (the linker keeps
+		// one copy of each): the same bytes are known the same without
+		// comparing them.
+		if e := &envSlots[j]; len(e.name) == len(name) && (unsafe.StringData(e.name) == unsafe.StringData(name) || e.name == name) {
+			return e
 		}
 	}
 	return nil
