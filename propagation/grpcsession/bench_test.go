@@ -52,20 +52,20 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //
 //   - otelgrpc/off, otelgrpc/on: raw otelgrpc, without and with a full
 //     session in the context's baggage (the raw propagation cost);
-//   - grpcsession/off, grpcsession/on/otelgrpc-w3c-too: otelgrpc (given
-//     the W3C propagators, so that the baggage is parsed and written
-//     twice) plus this package's interceptors, the server trusting the
-//     loopback peer and the client allowing the target: the session is
-//     checked and accepted. Every row with a session is named
-//     grpcsession/on/…, so that -bench '^BenchmarkUnary$/^grpcsession/on/edge$'
+//   - grpcsession/off/otelgrpc-w3c-too, grpcsession/on/otelgrpc-w3c-too:
+//     otelgrpc (given the W3C propagators, so that the baggage is parsed
+//     and written twice) plus this package's interceptors, the server
+//     trusting the loopback peer and the client allowing the target: the
+//     session is checked and accepted. No row's name is another's with
+//     more after it, so that -bench '^BenchmarkUnary$/^grpcsession/on/edge$'
 //     selects one row and no other;
 //   - grpcsession/on/otelgrpc-except-baggage: the same, with otelgrpc given
 //     ExceptBaggage(w3c), so that the baggage is extracted and injected
-//     once, by the interceptors (the configuration the package recommends);
-//   - grpcsession/on/edge: the same through an Edge, otelgrpc given the
-//     Edge's propagator on both sides, so that the policy runs inside
-//     otelgrpc's own propagation step (the configuration the package
-//     recommends);
+//     once, by the interceptors (the configuration before the Edge);
+//   - grpcsession/off/edge, grpcsession/on/edge: the same through an Edge,
+//     otelgrpc given the Edge's propagator on both sides, so that the
+//     policy runs inside otelgrpc's own propagation step (the
+//     configuration the package recommends), without and with a session;
 //   - grpcsession/signed: the client signs every call, the server, trusting
 //     no peer, verifies the signature.
 //
@@ -100,7 +100,10 @@ func BenchmarkUnary(b *testing.B) {
 	}{
 		{name: "otelgrpc/off", ctx: context.Background()},
 		{name: "otelgrpc/on", ctx: withSession, want: true},
-		{name: "grpcsession/off", ctx: context.Background(), policy: true},
+		{name: "grpcsession/off/otelgrpc-w3c-too", ctx: context.Background(), policy: true},
+		{name: "grpcsession/off/edge", ctx: context.Background(), policy: true, edge: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/otelgrpc-w3c-too", ctx: withSession, policy: true, want: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},

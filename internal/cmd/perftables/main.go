@@ -43,7 +43,8 @@ var pkgs = []struct{ dir, bench, benchtime string }{
 	// connections another row left.
 	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/off$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/on$", unaryBenchtime},
-	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off/otelgrpc-w3c-too$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off/edge$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/otelgrpc-w3c-too$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/otelgrpc-except-baggage$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/edge$", unaryBenchtime},
@@ -206,7 +207,8 @@ var tables = []table{
 	{id: "grpc", baseHeader: "raw `otelgrpc`", compare: pct, wall: true, spread: true, rows: []row{
 		{"raw `otelgrpc`, no session", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/off", "", ""},
 		{"raw `otelgrpc`, a full session as plain baggage (the W3C propagators)", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/on", "", ""},
-		{"`grpcsession` + `otelgrpc`, no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off", "BenchmarkUnary/otelgrpc/off", ""},
+		{"`grpcsession.Edge`, `otelgrpc` given `Edge.Propagator()` (recommended), no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off/edge", "BenchmarkUnary/otelgrpc/off", ""},
+		{"the interceptors, `otelgrpc` given the W3C propagators too, no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off/otelgrpc-w3c-too", "BenchmarkUnary/otelgrpc/off", ""},
 		{"**`grpcsession.Edge`, `otelgrpc` given `Edge.Propagator()`** (recommended), the session checked and accepted", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/edge", "BenchmarkUnary/otelgrpc/on", ""},
 		{"the interceptors, `otelgrpc` given `grpcsession.ExceptBaggage`", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/otelgrpc-except-baggage", "BenchmarkUnary/otelgrpc/on", ""},
 		{"the interceptors, `otelgrpc` given the W3C propagators too (the baggage parsed and written twice)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/otelgrpc-w3c-too", "BenchmarkUnary/otelgrpc/on", ""},
