@@ -311,7 +311,8 @@ func renderTargets(results map[string]*result, skip map[string]bool) (string, er
 		if n == 0 {
 			return "", fmt.Errorf("target %q holds no row: was a row renamed?", tg.label)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s |\n", tg.label, n, within, strings.Join(over, "; "))
+		// One row over the target per line of the cell: labels hold ";".
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |\n", tg.label, n, within, strings.Join(over, "<br>"))
 	}
 	return b.String(), nil
 }
