@@ -372,6 +372,11 @@ func mapSeed(b baggage.Baggage) uintptr {
 	if !mapSeeds {
 		return 0
 	}
+	return seedWord(b)
+}
+
+// seedWord is the word at mapSeedOffset of b's map, 0 when b has none.
+func seedWord(b baggage.Baggage) uintptr {
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&b))
 	if p == nil {
 		return 0
@@ -400,12 +405,9 @@ var mapSeeds = func() bool {
 	if errA != nil || errB != nil {
 		return false
 	}
-	word := func(b baggage.Baggage) uintptr {
-		return *(*uintptr)(unsafe.Add(*(*unsafe.Pointer)(unsafe.Pointer(&b)), mapSeedOffset))
-	}
-	first := word(a)
+	first := seedWord(a)
 	_ = a.Member("k")
-	return first == word(a) && first != word(b)
+	return first == seedWord(a) && first != seedWord(b)
 }()
 
 // Recorded notes that a record of b is made, for RecordOf: every writer of a
