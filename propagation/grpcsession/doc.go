@@ -110,10 +110,13 @@
 // whatever the order of the options. On the server, otelgrpc extracts the
 // metadata and starts the server span; the interceptor then decides the
 // session and keeps that span current, so the handler's spans stay its
-// children. On the client, otelgrpc injects the baggage of the context again
-// after the interceptor ran; the interceptor hands on a context whose
-// session is exactly the one it wrote (none for a refused destination, the
-// signed one when it signs), so otelgrpc writes the same.
+// children. (When the context already holds a span context, a stats
+// handler has taken the trace context, and the interceptor, given the
+// W3C propagators, extracts the baggage alone; without one, it extracts
+// the trace context too.) On the client, otelgrpc injects the baggage of
+// the context again after the interceptor ran; the interceptor hands on a
+// context whose session is exactly the one it wrote (none for a refused
+// destination, the signed one when it signs), so otelgrpc writes the same.
 //
 // Both otelgrpc and the interceptors then extract (and inject) the baggage,
 // each once per call. Giving otelgrpc [ExceptBaggage] on both sides,
@@ -124,9 +127,11 @@
 // leaves the baggage to the interceptors and saves the second pass (see
 // BenchmarkUnary and the README); spans are parented as before, and the
 // program's other propagators keep working. The interceptors still run as
-// a step of their own, after otelgrpc's: the server copies the incoming
-// metadata a second time, the client writes the trace context twice, which
-// an Edge avoids.
+// a step of their own, after otelgrpc's: the client writes the trace
+// context twice, which an Edge avoids. (The server reads the call's
+// metadata in place when its keys are lower-case, as gRPC delivers them,
+// and copies it only to take a refused session out of what the handler
+// reads.)
 //
 // otelgrpc starts the server span before the interceptor decides: given
 // ExceptBaggage it starts without a session, given the full propagator a

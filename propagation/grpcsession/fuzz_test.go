@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,8 @@ func incoming(raw string) metadata.MD {
 //   - when the handler's context has no session, the incoming metadata it
 //     can read holds no session member in any baggage entry of any spelling,
 //     and no baggage-bin entry;
-//   - every Set value is valid UTF-8 without NUL, CR or LF.
+//   - every Set value is valid UTF-8 without NUL, CR or LF;
+//   - the call's incoming metadata, which gRPC shares, is never written.
 //
 // Run it with
 //
@@ -109,6 +111,12 @@ func FuzzServerMetadata(f *testing.F) {
 			trust = propagation.TrustAll
 		}
 		md := incoming(raw)
+		// The call's own metadata is gRPC's: nothing may write it.
+		defer func(was metadata.MD) {
+			if !maps.EqualFunc(md, was, slices.Equal) {
+				t.Fatalf("the call's metadata became %q, was %q", md, was)
+			}
+		}(md.Copy())
 		// Two spellings of one key ("Baggage" beside "baggage") never come
 		// over the wire; gRPC's own copies keep either list. Only without
 		// them do the two paths see the same lines.

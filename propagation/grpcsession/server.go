@@ -102,11 +102,27 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// The Edge's propagator accepted the session whole (edge.go).
 		return c.actOn(ctx, &verdict{c: c, bag: v.R.B, present: true}, method)
 	}
-	md, _ := metadata.FromIncomingContext(ctx) // a copy with lower-case keys
-	if md == nil {
-		md = metadata.MD{}
+	// The call's own map, read in place, when every key in it is lower-case
+	// ASCII, as on the wire (HTTP/2 refuses any other): it then holds just
+	// what metadata.FromIncomingContext's copy would, one spelling of each
+	// key, and the handler reads the very lines judged. It is only read;
+	// the one path that writes (a refused session's line taken out, below)
+	// copies it first. Any other map (built by hand) is copied with
+	// lower-cased keys, as the handler's own reads would copy it.
+	md, inPlace := incomingMD(ctx)
+	var carrier *callMD
+	if inPlace {
+		if carrier = newCallMD(md); !carrier.plain {
+			inPlace = false
+		}
 	}
-	carrier := newCallMD(md)
+	if !inPlace {
+		md, _ = metadata.FromIncomingContext(ctx) // a copy with lower-case keys
+		if md == nil {
+			md = metadata.MD{}
+		}
+		carrier = newCallMD(md)
+	}
 	var binErr error
 	if len(carrier.Values(baggageBinKey)) > 0 {
 		// No W3C format is binary. A peer that sends one is either confused
@@ -127,6 +143,20 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		extractFrom = oneBaggageLine{carrier}
 	}
 	prop := c.propagator()
+	// A context that holds a span context already got it from a stats
+	// handler that ran before this interceptor (otelgrpc's: the server span
+	// it started from the call's trace context, or, without a tracer
+	// provider, that trace context itself). When prop is known to carry
+	// nothing but the W3C trace context and baggage, the policy then
+	// extracts the baggage alone: the trace context is the stats handler's,
+	// and extracting it again would only make the server span's remote
+	// parent current, to be put back below.
+	span := trace.SpanFromContext(ctx)
+	sc := span.SpanContext()
+	baggageOnly := false
+	if w3c, known := stockprop.Baggage(prop); sc.IsValid() && w3c && known {
+		prop, baggageOnly = otelprop.Baggage{}, true
+	}
 	base := ctx
 	if len(lines) > 0 && baggage.FromContext(ctx).Len() > 0 {
 		// otelgrpc's stats handler already extracted this baggage into ctx;
@@ -146,11 +176,10 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 	if binErr != nil {
 		err = binErr
 	}
-	// otelgrpc's stats handler started the server span from the same
-	// metadata before this interceptor ran; extracting again made its remote
-	// parent current. Put the server span back so the handler's spans stay
-	// its children.
-	if span := trace.SpanFromContext(ctx); span.SpanContext().IsValid() && !span.SpanContext().IsRemote() {
+	// When prop (an unknown propagator) extracted the trace context again,
+	// it made the server span's remote parent current. Put the server span
+	// back so the handler's spans stay its children.
+	if !baggageOnly && sc.IsValid() && !sc.IsRemote() {
 		out = trace.ContextWithSpan(out, span)
 	}
 	hasSession := propagation.HasSession(baggage.FromContext(out))
@@ -166,11 +195,15 @@ func (c *config) serverContext(ctx context.Context, method string) (context.Cont
 		// Code behind the interceptor that reads the incoming metadata again
 		// (a proxy forwarding it, a second extraction) must not revive the
 		// refused session: hand it metadata re-encoded from the context.
+		if inPlace {
+			md = md.Copy() // the call's own map is gRPC's, never written
+			carrier = newCallMD(md)
+		}
 		carrier.Delete(baggageKey)
 		carrier.Delete(baggageBinKey)
 		otelprop.Baggage{}.Inject(out, carrier)
 		out = metadata.NewIncomingContext(out, md)
-	} else if len(md[baggageKey]) > 0 {
+	} else if !inPlace && len(md[baggageKey]) > 0 {
 		// md is metadata.FromIncomingContext's lower-cased copy. When the
 		// context's map holds "Baggage" beside "baggage" (metadata built by
 		// hand: on the wire keys are lower-case), that copy keeps one of the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,5 +385,123 @@ func TestServerSpanRecordsRefusals(t *testing.T) {
 		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
 			t.Errorf("refusal events %q, want one saying %q", got, tc.want)
 		}
+	}
+}
+
+// The interceptor reads a call's metadata in place when its keys are
+// lower-case, as gRPC delivers them, and must never write that map: gRPC
+// and every other reader of the call share it. A refused or stripped
+// session, and a binary baggage entry, are taken out of a copy the handler
+// reads instead. A reader of the same map runs beside each call, so that
+// the race detector sees any write; the map must also be unchanged after.
+func TestServerNeverWritesTheCallsMetadata(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc.v1.Svc/Call"}
+	interceptor := grpcsession.UnaryServerInterceptor(
+		grpcsession.WithPropagator(otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})),
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustNone)))
+	for name, tc := range map[string]struct {
+		baggage, bin []string
+		asItCame     bool // the handler reads the baggage lines as they came
+	}{
+		"session of an untrusted peer": {baggage: []string{"session.chat_id=C1,app.x=1"}},
+		"binary baggage":               {baggage: []string{"app.x=1"}, bin: []string{"session.chat_id=C1"}},
+		"the application's baggage":    {baggage: []string{"app.x=1,app.y=2"}, asItCame: true},
+		"no baggage":                   {asItCame: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			md := metadata.MD{":authority": {"127.0.0.1:1"}, "content-type": {"application/grpc"}}
+			if tc.baggage != nil {
+				md["baggage"] = tc.baggage
+			}
+			if tc.bin != nil {
+				md["baggage-bin"] = tc.bin
+			}
+			want := md.Copy()
+			stop := make(chan struct{})
+			read := make(chan int)
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-stop:
+						read <- n
+						return
+					default:
+						for _, vs := range md {
+							n += len(vs)
+						}
+					}
+				}
+			}()
+			for range 50 {
+				_, err := interceptor(metadata.NewIncomingContext(context.Background(), md), nil, info,
+					func(ctx context.Context, _ any) (any, error) {
+						seen, _ := metadata.FromIncomingContext(ctx)
+						if len(seen["baggage-bin"]) > 0 {
+							t.Errorf("the handler can read baggage-bin %q", seen["baggage-bin"])
+						}
+						for _, l := range seen["baggage"] {
+							if strings.Contains(l, "session.") {
+								t.Errorf("the handler can read %q", l)
+							}
+						}
+						if tc.asItCame && !slices.Equal(seen["baggage"], tc.baggage) {
+							t.Errorf("the handler reads baggage %q, want %q as it came", seen["baggage"], tc.baggage)
+						}
+						return nil, nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(stop)
+			<-read
+			if !maps.EqualFunc(md, want, slices.Equal) {
+				t.Fatalf("the call's metadata became %q, was %q", md, want)
+			}
+		})
+	}
+}
+
+// The interceptor leaves the trace context to a stats handler that ran
+// before it and extracts it itself only when none did: the handler's span
+// context is the server span otelgrpc started (local), the call's own
+// trace context as otelgrpc without a tracer provider leaves it (remote),
+// or, with no stats handler, the one the interceptor extracted. The
+// session is accepted in each case.
+func TestServerTraceContextBesideAStatsHandler(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc.v1.Svc/Call"}
+	interceptor := grpcsession.UnaryServerInterceptor(grpcsession.WithPropagator(w3c),
+		grpcsession.WithInbound(propagation.NewInbound(propagation.TrustAll)))
+	md := metadata.MD{}
+	w3c.Inject(bound(), otelprop.TextMapCarrier(grpcsession.MetadataCarrier(md)))
+	sent := trace.SpanContextFromContext(bound())
+	incoming := metadata.NewIncomingContext(context.Background(), md)
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	serverCtx, serverSpan := tp.Tracer("test").Start(grpcsession.ExceptBaggage(w3c).Extract(incoming, grpcsession.MetadataCarrier(md)), "server")
+	defer serverSpan.End()
+	for name, tc := range map[string]struct {
+		ctx  context.Context
+		want trace.SpanContext
+	}{
+		"no stats handler":                   {incoming, sent.WithRemote(true)},
+		"otelgrpc without a tracer provider": {grpcsession.ExceptBaggage(w3c).Extract(incoming, grpcsession.MetadataCarrier(md)), sent.WithRemote(true)},
+		"otelgrpc's server span":             {serverCtx, serverSpan.SpanContext()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := interceptor(tc.ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+				if got := trace.SpanContextFromContext(ctx); !got.Equal(tc.want) {
+					t.Errorf("the handler's span context is %v, want %v", got, tc.want)
+				}
+				if v, _ := otelsession.Lookup(ctx, otelsession.FieldChatID); v != wantSession()[otelsession.FieldChatID] {
+					t.Errorf("the handler's chat id is %q", v)
+				}
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
