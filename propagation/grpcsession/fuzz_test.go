@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -24,6 +25,13 @@ var fuzzKey = propagation.Key{ID: "k1", Secret: []byte("grpc fuzz secret, at lea
 
 // fuzzClock is the signer's and the verifier's clock: the seeds stay valid.
 var fuzzClock = func() time.Time { return time.Unix(1_767_225_600, 0) }
+
+// fuzzSpanContext is a remote span context, as otelgrpc's server handler
+// leaves one in a call's context without a tracer provider.
+var fuzzSpanContext = trace.NewSpanContext(trace.SpanContextConfig{
+	TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35}, SpanID: trace.SpanID{0x00, 0xf0, 0x67},
+	TraceFlags: trace.FlagsSampled, Remote: true,
+})
 
 // fuzzSession is the session the signed seed carries.
 var fuzzSession = otelsession.Session{Platform: "slack", ChatID: "C024BE91L", ThreadID: "1700000000.000100", UserID: "U1", Cron: otelsession.CronOff}
@@ -59,11 +67,13 @@ func incoming(raw string) metadata.MD {
 }
 
 // FuzzServerMetadata feeds arbitrary incoming metadata to the unary server
-// interceptor and to an Edge (its propagator as otelgrpc's server handler
-// runs it, then its interceptor, which must agree with the interceptor
-// alone whenever no key is spelled twice), whose policy trusts the peer when trusted is set and
-// otherwise accepts only sessions signed with fuzzKey; the seeds hold one
-// signed session. Whatever the input:
+// interceptor, alone and behind a stats handler that left a span context,
+// and to an Edge (its propagator as otelgrpc's server handler runs it, then
+// its interceptor): the three must agree whenever no key is spelled twice
+// (gRPC's copy of metadata that spells one twice keeps either list). The
+// policy trusts the peer when trusted is set and otherwise accepts only
+// sessions signed with fuzzKey; the seeds hold one signed session.
+// Whatever the input:
 //   - without WithUnauthenticated the handler runs exactly once; with it,
 //     it runs exactly when the session was accepted, and the call otherwise
 //     fails with an error;
@@ -133,9 +143,16 @@ func FuzzServerMetadata(f *testing.F) {
 			}
 			var first map[otelsession.Field]string
 			var firstErr error
-			for _, edge := range []bool{false, true} {
+			for _, path := range []string{"interceptor", "interceptor behind a stats handler", "edge"} {
+				edge := path == "edge"
 				interceptor := UnaryServerInterceptor(opts...)
 				ctx := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), pr)
+				if path == "interceptor behind a stats handler" {
+					// The span context otelgrpc leaves without a tracer
+					// provider: the interceptor then extracts the baggage
+					// alone, and must decide as without it.
+					ctx = trace.ContextWithRemoteSpanContext(ctx, fuzzSpanContext)
+				}
 				if edge {
 					// What otelgrpc's server handler does with the Edge's
 					// propagator, then the Edge's interceptor.
@@ -158,9 +175,12 @@ func FuzzServerMetadata(f *testing.F) {
 					}
 					return nil, nil
 				})
-				if !edge {
+				switch {
+				case path == "interceptor":
 					first, firstErr = seen, err
-				} else if oneSpelling && (!maps.Equal(seen, first) || (err == nil) != (firstErr == nil)) {
+				case !edge && oneSpelling && (!maps.Equal(seen, first) || (err == nil) != (firstErr == nil)):
+					t.Fatalf("the interceptor behind a stats handler gave %v (%v), alone %v (%v)", seen, err, first, firstErr)
+				case edge && oneSpelling && (!maps.Equal(seen, first) || (err == nil) != (firstErr == nil)):
 					t.Fatalf("the Edge's propagator and interceptor gave %v (%v), the interceptor alone %v (%v)", seen, err, first, firstErr)
 				}
 				checkServerOutcome(t, runs, seen, handlerCtx, err, unauth, trusted, want)
