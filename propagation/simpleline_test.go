@@ -114,6 +114,11 @@ func TestSimpleLines(t *testing.T) {
 		{"=1", false},
 		{"a b=1", false},
 		{"a=\xff", false},
+		// Past a handful of members.
+		{manyMembers(12, "k%d=v") + ",a=%41%c3%a9", true},
+		{manyMembers(12, "k%d=v") + ",a=%ff", false},
+		{manyMembers(12, "k%d=v") + ",a=1;p=2", false},
+		{manyMembers(12, "k%d=v") + ",", false},
 	} {
 		b, ok := propagation.SimpleBaggage(tc.line)
 		assert.Equal(t, tc.plain, ok, "%.60q", tc.line)
@@ -161,7 +166,15 @@ func TestExtractLineIsTheStockExtraction(t *testing.T) {
 // BenchmarkSimpleLine is a full session's line made into a baggage by
 // simpleBaggage, beside OpenTelemetry's parse of it.
 func BenchmarkSimpleLine(b *testing.B) {
-	line := sessionHeaderOf(fullTestSession)
+	for _, c := range []struct{ name, line string }{
+		{"session", sessionHeaderOf(fullTestSession)},
+		{"application", "app.tenant=t-42,app.plan=pro,app.region=eu-west-1"},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchSimpleLine(b, c.line) })
+	}
+}
+
+func benchSimpleLine(b *testing.B, line string) {
 	b.Run("baggage.Parse", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
