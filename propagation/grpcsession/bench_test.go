@@ -66,6 +66,11 @@ func (benchService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*te
 //     otelgrpc given the Edge's propagator on both sides, so that the
 //     policy runs inside otelgrpc's own propagation step (the
 //     configuration the package recommends), without and with a session;
+//   - otelgrpc/app, grpcsession/app/edge: raw otelgrpc and an Edge (its
+//     policy's cache off) on a call carrying only the application's own
+//     three members of baggage, no session: the policy's fixed work on the
+//     whole call, where BenchmarkSteps/server_foreign_baggage isolates the
+//     server's step;
 //   - grpcsession/signed: the client signs every call, the server, trusting
 //     no peer, verifies the signature.
 //
@@ -89,6 +94,11 @@ func BenchmarkUnary(b *testing.B) {
 		b.Fatal(err)
 	}
 	withSession := otelsession.Bind(context.Background(), benchSession)
+	appBag, err := baggage.Parse("app.tenant=t-42,app.plan=pro,app.region=eu-west-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	withAppBaggage := baggage.ContextWithBaggage(context.Background(), appBag)
 	for _, c := range []struct {
 		name         string
 		ctx          context.Context
@@ -102,6 +112,10 @@ func BenchmarkUnary(b *testing.B) {
 		{name: "otelgrpc/on", ctx: withSession, want: true},
 		{name: "grpcsession/off/otelgrpc-w3c-too", ctx: context.Background(), policy: true},
 		{name: "grpcsession/off/edge", ctx: context.Background(), policy: true, edge: true,
+			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
+			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
+		{name: "otelgrpc/app", ctx: withAppBaggage},
+		{name: "grpcsession/app/edge", ctx: withAppBaggage, policy: true, edge: true,
 			server: []grpcsession.Option{grpcsession.WithInbound(propagation.NewInbound(propagation.TrustLoopback(), propagation.WithCacheSize(0)))},
 			client: []grpcsession.Option{grpcsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))}},
 		{name: "grpcsession/on/otelgrpc-w3c-too", ctx: withSession, policy: true, want: true,

@@ -43,6 +43,8 @@ var pkgs = []struct{ dir, bench, benchtime string }{
 	// connections another row left.
 	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/off$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/on$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^otelgrpc/app$", unaryBenchtime},
+	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/app/edge$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off/otelgrpc-w3c-too$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/off/edge$", unaryBenchtime},
 	{"propagation/grpcsession", "^BenchmarkUnary$/^grpcsession/on/otelgrpc-w3c-too$", unaryBenchtime},
@@ -207,7 +209,9 @@ var tables = []table{
 	{id: "grpc", baseHeader: "raw `otelgrpc`", compare: pct, wall: true, spread: true, rows: []row{
 		{"raw `otelgrpc`, no session", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/off", "", ""},
 		{"raw `otelgrpc`, a full session as plain baggage (the W3C propagators)", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/on", "", ""},
+		{"raw `otelgrpc`, only the application's own baggage (three members)", "propagation/grpcsession", "BenchmarkUnary/otelgrpc/app", "", ""},
 		{"`grpcsession.Edge`, `otelgrpc` given `Edge.Propagator()` (recommended), no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off/edge", "BenchmarkUnary/otelgrpc/off", ""},
+		{"`grpcsession.Edge` (the policy's cache off), only the application's own baggage (beside raw `otelgrpc` with the same)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/app/edge", "BenchmarkUnary/otelgrpc/app", ""},
 		{"the interceptors, `otelgrpc` given the W3C propagators too, no session (beside raw `otelgrpc` without one)", "propagation/grpcsession", "BenchmarkUnary/grpcsession/off/otelgrpc-w3c-too", "BenchmarkUnary/otelgrpc/off", ""},
 		{"**`grpcsession.Edge`, `otelgrpc` given `Edge.Propagator()`** (recommended), the session checked and accepted", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/edge", "BenchmarkUnary/otelgrpc/on", ""},
 		{"the interceptors, `otelgrpc` given `grpcsession.ExceptBaggage`", "propagation/grpcsession", "BenchmarkUnary/grpcsession/on/otelgrpc-except-baggage", "BenchmarkUnary/otelgrpc/on", ""},
