@@ -485,6 +485,8 @@ func TestGetenvAgreesWithLookup(t *testing.T) {
 				want = "from-env"
 			}
 			assert.Equal(t, want, otelsession.Getenv(ctx, f.Name(), "def"), "%s: %s (%s)", how, f.Name(), st)
+			// The same name built at run time, at another address.
+			assert.Equal(t, want, otelsession.Getenv(ctx, strings.Clone(f.Name()), "def"), "%s: %s built at run time (%s)", how, f.Name(), st)
 		}
 	}
 }
