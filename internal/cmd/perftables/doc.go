@@ -9,7 +9,10 @@
 // own ratio (or difference) of a row to its baseline, and replaces what README.md holds between <!-- perf:NAME:start --> and
 // <!-- perf:NAME:end --> markers. The time column is process CPU time per
 // operation (cpu-ns/op) where a benchmark reports it: on a shared machine it
-// moves far less with other load than wall time does.
+// moves far less with other load than wall time does. The reads (Lookup,
+// Getenv and the bare member read beside them, about 40 ns each) run 1 s
+// per round whatever -benchtime says, so that a moment of other work
+// does not move a round's ratio by several points.
 //
 //	go run ./internal/cmd/perftables                    # 7 rounds, 0.2 s per benchmark
 //	go run ./internal/cmd/perftables -rounds 8 -benchtime 0.5s
