@@ -29,8 +29,11 @@
 // Each round also runs python/original_bench.py with python3: the Python
 // original's bind and read, written out from the module sessionwire
 // replaces, which the README's "Beside the Python original" table sets
-// beside Bind and Getenv. Without python3 on the PATH the run stops before
-// it starts and says so; -python "" leaves that table as it is.
+// beside Bind and Getenv. Round r runs it with PYTHONHASHSEED=r: the
+// original's bind costs about 40% more under a few hash seeds than under
+// most, so a run measures it over the same seeds every time rather than
+// over whichever its processes drew. Without python3 on the PATH the run
+// stops before it starts and says so; -python "" leaves that table as it is.
 //
 // The same rounds run the whole calls: a unary gRPC call through otelgrpc,
 // each row in a process of its own, and messages through Kafka (franz-go

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,7 +154,7 @@ func TestPythonOriginalRunsWithEitherBenchtime(t *testing.T) {
 	}
 	script := strings.TrimPrefix(pythonBench, "internal/cmd/perftables/")
 	for _, benchtime := range []string{"1x", "3x", "1ms"} {
-		out, err := runScript(python, script, benchtime)
+		out, err := runScript(python, script, benchtime, 1)
 		if err != nil {
 			t.Fatalf("-benchtime %s: %v", benchtime, err)
 		}
@@ -166,8 +167,43 @@ func TestPythonOriginalRunsWithEitherBenchtime(t *testing.T) {
 			}
 		}
 	}
-	if _, err := runScript(python, script, "1y"); err == nil {
+	if _, err := runScript(python, script, "1y", 1); err == nil {
 		t.Error("-benchtime 1y ran the script; want an error")
+	}
+}
+
+// Each round's script hashes with the seed runScript is given, whatever
+// PYTHONHASHSEED the environment of perftables holds: the Python original's
+// cost depends on it.
+func TestRunScriptSetsTheHashSeed(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("%v: the script runs on python3 (install it to run this test)", err)
+	}
+	t.Setenv("PYTHONHASHSEED", "random")
+	script := filepath.Join(t.TempDir(), "seed.py")
+	// It prints the seed as a benchmark line, and the hash of a string,
+	// which is the same in two processes only when they share a seed.
+	src := "import os, sys\nprint('BenchmarkSeed/' + os.environ['PYTHONHASHSEED'], 1, hash('sessionwire'), 'ns/op')\n"
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(seed int) string {
+		out, err := runScript(python, script, "1x", seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	a, b, c := run(3), run(3), run(4)
+	if !strings.HasPrefix(a, "BenchmarkSeed/3 ") || !strings.HasPrefix(c, "BenchmarkSeed/4 ") {
+		t.Fatalf("the script saw %q and %q; want seeds 3 and 4", a, c)
+	}
+	if a != b {
+		t.Errorf("two runs with seed 3 hashed differently: %q, %q", a, b)
+	}
+	if strings.Fields(a)[2] == strings.Fields(c)[2] {
+		t.Errorf("seeds 3 and 4 hashed alike: %q, %q", a, c)
 	}
 }
 
