@@ -607,7 +607,7 @@ func heapMismatches(results map[string]*result) []string {
 // runScript runs a benchmark script with benchtime as -test.benchtime takes
 // it, and returns what it printed. The script's process hashes strings with
 // hashSeed (PYTHONHASHSEED): the Python original's bind costs about 40% more
-// under some seeds than under most (4 of 30 seeds: 5.5 µs against 3.8 to
+// under some seeds than under most (3 of 30 seeds: 5.5 µs against 3.8 to
 // 4.2 µs for the rest, each the same from one process to the next; its
 // keyword arguments and variables are dictionaries of strings). A round
 // given a random seed would land in either; the measure loop gives round r
