@@ -60,8 +60,8 @@ var pkgs = []struct{ dir, bench, benchtime string }{
 // the time of each read row (Lookup, Getenv, a bare member read: about 40
 // ns, a few ns from their target) per round: in 0.2 s a moment of another
 // process's work moved one round's ratio by up to 10 points; in 1 s such
-// moments average out (on a quiet machine, six rounds of the foreign
-// Lookup read 1.06 to 1.10 at 0.2 s, and five of six 1.07 to 1.09 at 1 s).
+// moments average out (on a quiet machine, six runs of the foreign Lookup
+// read 1.06 to 1.10 at 0.2 s, and five of six 1.07 to 1.09 at 1 s).
 const (
 	brokerBenchtime = "3000x"
 	unaryBenchtime  = "5000x"
