@@ -184,7 +184,7 @@ func TestRunScriptSetsTheHashSeed(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "seed.py")
 	// It prints the seed as a benchmark line, and the hash of a string,
 	// which is the same in two processes only when they share a seed.
-	src := "import os, sys\nprint('BenchmarkSeed/' + os.environ['PYTHONHASHSEED'], 1, hash('sessionwire'), 'ns/op')\n"
+	src := "import os\nprint('BenchmarkSeed/' + os.environ['PYTHONHASHSEED'], 1, hash('sessionwire'), 'ns/op')\n"
 	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
