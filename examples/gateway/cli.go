@@ -97,6 +97,9 @@ printed and every child process is stopped).
 
 var roles = []string{"all", "gateway", "worker", "router", "load", "tool", "nats-node"}
 
+// faultTimeout is --timeout's default for a run with --chaos or --fault.
+const faultTimeout = 5 * time.Minute
+
 // maxMessages bounds one run's plan, which is held in memory.
 const maxMessages = 1_000_000
 
@@ -121,6 +124,14 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 			prefixes = append(prefixes, p)
 		}
 		c.trust = sessionprop.TrustPrefixes(prefixes...)
+	}
+
+	// A run that kills workers or breaks a node waits longer for its last
+	// deliveries by default: each kill leaves jobs unacknowledged until
+	// their ack wait runs out, and a node loss costs leader elections. A run
+	// that stops making progress still ends early (the driver's idle rule).
+	if (c.chaos || c.fault != "") && !set["timeout"] {
+		c.timeout = faultTimeout
 	}
 
 	// The open loop: --rate and --duration decide the message count.

@@ -145,6 +145,84 @@ func TestOpenLoop(t *testing.T) {
 	assert.Contains(t, s.String(), "open loop            40 messages/s offered for 2 s")
 }
 
+// A run whose --timeout ends the wait while replies are still arriving
+// counts what had not arrived as lost, and says that it may only be late,
+// how fast it was arriving, and what --timeout to try.
+func TestOutOfTimeIsToldApartFromSilence(t *testing.T) {
+	// One in-process worker handling one job at a time, 300 ms each: about
+	// three replies a second, for 60 messages, and 2 s to wait for them.
+	r := gateway(t, 3*time.Minute, "--messages", "60", "--conversations", "6", "--workers", "1", "--concurrency", "1",
+		"--think", "300ms", "--timeout", "2s", "--json")
+	require.Equal(t, 1, r.code, "not everything arrived in time: exit status 1\n%s", r.stderr)
+	var s summary
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
+	assert.Positive(t, s.Lost)
+	assert.Zero(t, s.Misrouted+s.Duplicates)
+	require.NotNil(t, s.OutOfTime, "the wait ended at --timeout")
+	assert.Equal(t, 2.0, s.OutOfTime.TimeoutSeconds)
+	assert.Positive(t, s.OutOfTime.ArrivingPerSecond, "replies were still arriving")
+	assert.Less(t, s.OutOfTime.LastArrivalAgoMs, 2000.0)
+	assert.Positive(t, s.OutOfTime.RemainingEstimateS)
+	text := s.String()
+	assert.Contains(t, text, "(not arrived when the 2s --timeout ran out: late or lost, see below)")
+	assert.Contains(t, text, "out of time          the 2s --timeout ran out while deliveries were still arriving")
+	assert.Regexp(t, `Run again with a\n {21}longer --timeout, such as --timeout [0-9]+m, to tell late from lost\.`, text)
+}
+
+func TestOutOfTimeAt(t *testing.T) {
+	start := time.Now()
+	at := func(sec float64, n int) paceSample {
+		return paceSample{start.Add(time.Duration(sec * float64(time.Second))), n}
+	}
+	// 30 s of samples: slow at first, 5 a second over the last 10 s.
+	var pace []paceSample
+	for i := 0; i <= 20; i++ {
+		pace = append(pace, at(float64(i), i))
+	}
+	for i := 21; i <= 30; i++ {
+		pace = append(pace, at(float64(i), 20+5*(i-20)))
+	}
+	o := outOfTimeAt(30*time.Second, 400*time.Millisecond, pace, 100)
+	assert.InDelta(t, 5.0, o.ArrivingPerSecond, 1e-9, "the pace of the last 10 s")
+	assert.Equal(t, 20.0, o.RemainingEstimateS)
+	assert.Equal(t, 400.0, o.LastArrivalAgoMs)
+	// A wait shorter than 10 s: its whole length.
+	o = outOfTimeAt(3*time.Second, 0, []paceSample{at(0, 0), at(1, 2), at(2, 4), at(2.5, 5)}, 7)
+	assert.InDelta(t, 2.0, o.ArrivingPerSecond, 1e-9)
+	assert.Equal(t, 4.0, o.RemainingEstimateS)
+	// Nothing arrived during the wait: no pace, no estimate.
+	o = outOfTimeAt(3*time.Second, 3*time.Second, []paceSample{at(0, 9), at(1, 9), at(3, 9)}, 7)
+	assert.Zero(t, o.ArrivingPerSecond)
+	assert.Zero(t, o.RemainingEstimateS)
+	assert.Contains(t, summary{Lost: 7, OutOfTime: o}.String(), "the 3s --timeout ran out 3000 ms after the last delivery")
+	// Too few samples for a pace.
+	assert.Zero(t, outOfTimeAt(time.Second, 0, []paceSample{at(0, 1)}, 3).ArrivingPerSecond)
+
+	assert.Equal(t, "2m", suggestTimeout(90*time.Second, 10).String())
+	assert.Equal(t, "4m", suggestTimeout(90*time.Second, 60).String())
+	assert.Equal(t, "2h", suggestTimeout(119*time.Minute, 0).String())
+	// Everything arrived: no note, whatever ended the wait.
+	assert.NotContains(t, summary{OutOfTime: o}.String(), "out of time")
+}
+
+// Runs that kill workers or nodes wait 5 minutes by default, unless
+// --timeout says otherwise.
+func TestFaultRunsWaitLonger(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 90 * time.Second},
+		{[]string{"--chaos"}, 5 * time.Minute},
+		{[]string{"--nats-cluster", "3", "--fault", "nats-kill"}, 5 * time.Minute},
+		{[]string{"--chaos", "--timeout", "100s"}, 100 * time.Second},
+	} {
+		c, err := parseFlags(tc.args)
+		require.NoError(t, err, "%v", tc.args)
+		assert.Equal(t, tc.want, c.timeout, "%v", tc.args)
+	}
+}
+
 func TestLatencyStats(t *testing.T) {
 	ms := []float64{5, 15, 15, 150, 150, 150, 700, 30000}
 	s := newLatencyStats(ms)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -199,6 +200,40 @@ type summary struct {
 	Reply      latencyStats `json:"reply_latency"`
 	Completion latencyStats `json:"completion_latency"`
 	OpenLoop   *openLoop    `json:"open_loop,omitempty"` // with --rate
+	// OutOfTime is set when --timeout ended the wait for deliveries before
+	// everything arrived and before a silence (driverConfig.idle) declared
+	// the rest lost: what had not arrived is counted lost, but may only be
+	// late.
+	OutOfTime *outOfTime `json:"out_of_time,omitempty"`
+}
+
+// paceSample is how many deliveries and refusals had arrived at a moment of
+// the wait.
+type paceSample struct {
+	at time.Time
+	n  int
+}
+
+// outOfTimeAt describes a wait that --timeout ended: limit, the time since
+// the last arrival, the counts settled during the wait (pace, in time order,
+// the last at the end) and how many were still to come. The pace is taken
+// over the wait's last 10 s, or the whole wait when shorter.
+func outOfTimeAt(limit, sinceLast time.Duration, pace []paceSample, remaining int) *outOfTime {
+	o := &outOfTime{TimeoutSeconds: limit.Seconds(), LastArrivalAgoMs: float64(sinceLast.Microseconds()) / 1000}
+	if n := len(pace); n >= 2 {
+		end := pace[n-1]
+		from := 0
+		for from < n-2 && end.at.Sub(pace[from+1].at) >= 10*time.Second {
+			from++
+		}
+		if secs := end.at.Sub(pace[from].at).Seconds(); secs > 0 {
+			o.ArrivingPerSecond = float64(end.n-pace[from].n) / secs
+		}
+	}
+	if o.ArrivingPerSecond > 0 {
+		o.RemainingEstimateS = math.Ceil(float64(remaining) / o.ArrivingPerSecond)
+	}
+	return o
 }
 
 func (s summary) ok() bool {
@@ -207,8 +242,11 @@ func (s summary) ok() bool {
 
 func (s summary) String() string {
 	notPosted, lost := "the ingress refused them until the driver gave up", ""
-	if s.Interrupted {
+	switch {
+	case s.Interrupted:
 		notPosted, lost = "interrupted before they were posted, or while the ingress refused them", "   (not arrived when the run was interrupted)"
+	case s.OutOfTime != nil && s.Lost > 0:
+		lost = fmt.Sprintf("   (not arrived when the %v --timeout ran out: late or lost, see below)", time.Duration(s.OutOfTime.TimeoutSeconds*float64(time.Second)))
 	}
 	return fmt.Sprintf(`session store        %s
 conversations        %d
@@ -253,7 +291,32 @@ func (s summary) notes() string {
 	if s.Interrupted {
 		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then (lost: not arrived yet)\n")
 	}
+	if o := s.OutOfTime; o != nil && s.Lost > 0 {
+		limit := time.Duration(o.TimeoutSeconds * float64(time.Second))
+		const indent = "\n                     "
+		if o.ArrivingPerSecond > 0 {
+			fmt.Fprintf(&b, "out of time          the %v --timeout ran out while deliveries were still arriving"+
+				indent+"(%.0f a second at the end, the last %.0f ms before it): the %d counted lost"+
+				indent+"may only be late; at that pace they needed about %.0f s more. Run again with a"+
+				indent+"longer --timeout, such as --timeout %v, to tell late from lost.\n",
+				limit, o.ArrivingPerSecond, o.LastArrivalAgoMs, s.Lost, o.RemainingEstimateS, suggestTimeout(limit, o.RemainingEstimateS))
+		} else {
+			fmt.Fprintf(&b, "out of time          the %v --timeout ran out %.0f ms after the last delivery, before the"+
+				indent+"run declared the rest lost (after a silence): the %d counted lost may only be late."+
+				indent+"Run again with a longer --timeout, such as --timeout %v, to tell late from lost.\n",
+				limit, o.LastArrivalAgoMs, s.Lost, suggestTimeout(limit, limit.Seconds()/2))
+		}
+	}
 	return b.String()
+}
+
+// outOfTime is how the wait for deliveries ended when --timeout ran out
+// first.
+type outOfTime struct {
+	TimeoutSeconds     float64 `json:"timeout_seconds"`      // the wait's limit, --timeout
+	LastArrivalAgoMs   float64 `json:"last_arrival_ago_ms"`  // from the last delivery or refusal to the end of the wait
+	ArrivingPerSecond  float64 `json:"arriving_per_second"`  // over the wait's last 10 s
+	RemainingEstimateS float64 `json:"remaining_estimate_s"` // at that pace, for what had not arrived
 }
 
 // fault is a failure injected during a run, and what it cost.
@@ -462,6 +525,9 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	last, lastChange := -1, time.Now()
+	// pace holds the counts settled, sampled about once a second, for the
+	// rate at which deliveries were still arriving if the time runs out.
+	var pace []paceSample
 wait:
 	for {
 		d, r := settled()
@@ -475,8 +541,11 @@ wait:
 		}
 		select {
 		case <-p.arrived:
-		case <-tick.C:
+		case now := <-tick.C:
+			pace = append(pace, paceSample{now, d + r})
 		case <-deadline:
+			sum.OutOfTime = outOfTimeAt(cfg.timeout, time.Since(lastChange), append(pace, paceSample{time.Now(), d + r}),
+				sum.Expected+sum.ExpectedRefused-(d+r))
 			break wait
 		case <-ctx.Done():
 			break wait
@@ -632,4 +701,25 @@ func peakRSSMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// suggestTimeout is a --timeout that leaves room for what was still to come
+// at the pace it was arriving (remainingS seconds): limit and twice that,
+// rounded up to a whole minute.
+func suggestTimeout(limit time.Duration, remainingS float64) flagDuration {
+	return flagDuration((limit + time.Duration(2*remainingS*float64(time.Second))).Truncate(time.Minute) + time.Minute)
+}
+
+// flagDuration prints a duration as a user would type it: 5m, not 5m0s.
+type flagDuration time.Duration
+
+func (d flagDuration) String() string {
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -158,7 +158,7 @@ func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs.IntVar(&c.concurrency, "concurrency", 16, "jobs each worker handles at once")
 	fs.DurationVar(&c.think, "think", 20*time.Millisecond, "longest simulated agent work per job")
 	fs.DurationVar(&c.ackWait, "ack-wait", 3*time.Second, "JetStream redelivers a job not acknowledged within this")
-	fs.DurationVar(&c.timeout, "timeout", 90*time.Second, "how long the driver waits for every delivery")
+	fs.DurationVar(&c.timeout, "timeout", 90*time.Second, "how long the driver waits for every delivery; it stops sooner once deliveries stop arriving (with --chaos or --fault the default is 5m)")
 	fs.BoolVar(&c.chaos, "chaos", false, "run workers as processes and kill and restart them during the run")
 	fs.StringVar(&c.fault, "fault", "", "inject one failure mid-run: "+strings.Join(faultNames, ", ")+" (the nats- faults need --nats-cluster)")
 	fs.IntVar(&c.natsNodes, "nats-cluster", 0, "start a local NATS cluster of this many server processes (at least 3) instead of the embedded server")
