@@ -149,23 +149,24 @@ func TestOpenLoop(t *testing.T) {
 // counts what had not arrived as lost, and says that it may only be late,
 // how fast it was arriving, and what --timeout to try.
 func TestOutOfTimeIsToldApartFromSilence(t *testing.T) {
-	// One in-process worker handling one job at a time, 300 ms each: about
-	// three replies a second, for 60 messages, and 2 s to wait for them.
+	// One in-process worker handling one job at a time, 250 ms each: about
+	// four replies a second, for 60 messages (15 s of work), and 5 s to wait
+	// for them, long enough for some to arrive on a slow machine.
 	r := gateway(t, 3*time.Minute, "--messages", "60", "--conversations", "6", "--workers", "1", "--concurrency", "1",
-		"--think", "300ms", "--timeout", "2s", "--json")
+		"--think", "250ms", "--timeout", "5s", "--json")
 	require.Equal(t, 1, r.code, "not everything arrived in time: exit status 1\n%s", r.stderr)
 	var s summary
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
 	assert.Positive(t, s.Lost)
 	assert.Zero(t, s.Misrouted+s.Duplicates)
 	require.NotNil(t, s.OutOfTime, "the wait ended at --timeout")
-	assert.Equal(t, 2.0, s.OutOfTime.TimeoutSeconds)
+	assert.Equal(t, 5.0, s.OutOfTime.TimeoutSeconds)
 	assert.Positive(t, s.OutOfTime.ArrivingPerSecond, "replies were still arriving")
-	assert.Less(t, s.OutOfTime.LastArrivalAgoMs, 2000.0)
+	assert.Less(t, s.OutOfTime.LastArrivalAgoMs, 5000.0)
 	assert.Positive(t, s.OutOfTime.RemainingEstimateS)
 	text := s.String()
-	assert.Contains(t, text, "(not arrived when the 2s --timeout ran out: late or lost, see below)")
-	assert.Contains(t, text, "out of time          the 2s --timeout ran out while deliveries were still arriving")
+	assert.Contains(t, text, "(not arrived when the 5s --timeout ran out: late or lost, see below)")
+	assert.Contains(t, text, "out of time          the 5s --timeout ran out while deliveries were still arriving")
 	assert.Regexp(t, `Run again with a\n {21}longer --timeout, such as --timeout [0-9]+m, to tell late from lost\.`, text)
 }
 
