@@ -196,12 +196,13 @@ func TestOutOfTimeAt(t *testing.T) {
 	assert.Zero(t, o.ArrivingPerSecond)
 	assert.Zero(t, o.RemainingEstimateS)
 	assert.Contains(t, summary{Lost: 7, OutOfTime: o}.String(), "the 3s --timeout ran out 3000 ms after the last delivery")
+	assert.Contains(t, summary{Lost: 7, OutOfTime: o}.String(), "such as --timeout 1m, to tell late from lost")
 	// Too few samples for a pace.
 	assert.Zero(t, outOfTimeAt(time.Second, 0, []paceSample{at(0, 1)}, 3).ArrivingPerSecond)
 
-	assert.Equal(t, "2m", suggestTimeout(90*time.Second, 10).String())
-	assert.Equal(t, "4m", suggestTimeout(90*time.Second, 60).String())
-	assert.Equal(t, "2h", suggestTimeout(119*time.Minute, 0).String())
+	assert.Equal(t, 2, suggestTimeoutMinutes(90*time.Second, 10))
+	assert.Equal(t, 4, suggestTimeoutMinutes(90*time.Second, 60))
+	assert.Equal(t, 120, suggestTimeoutMinutes(119*time.Minute, 0))
 	// Everything arrived: no note, whatever ended the wait.
 	assert.NotContains(t, summary{OutOfTime: o}.String(), "out of time")
 }

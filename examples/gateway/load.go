@@ -246,7 +246,7 @@ func (s summary) String() string {
 	case s.Interrupted:
 		notPosted, lost = "interrupted before they were posted, or while the ingress refused them", "   (not arrived when the run was interrupted)"
 	case s.OutOfTime != nil && s.Lost > 0:
-		lost = fmt.Sprintf("   (not arrived when the %v --timeout ran out: late or lost, see below)", time.Duration(s.OutOfTime.TimeoutSeconds*float64(time.Second)))
+		lost = fmt.Sprintf("   (not arrived when the %v --timeout ran out: late or lost, see below)", s.OutOfTime.limit())
 	}
 	return fmt.Sprintf(`session store        %s
 conversations        %d
@@ -292,19 +292,19 @@ func (s summary) notes() string {
 		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then (lost: not arrived yet)\n")
 	}
 	if o := s.OutOfTime; o != nil && s.Lost > 0 {
-		limit := time.Duration(o.TimeoutSeconds * float64(time.Second))
+		limit := o.limit()
 		const indent = "\n                     "
 		if o.ArrivingPerSecond > 0 {
 			fmt.Fprintf(&b, "out of time          the %v --timeout ran out while deliveries were still arriving"+
 				indent+"(%.0f a second at the end, the last %.0f ms before it): the %d counted lost"+
 				indent+"may only be late; at that pace they needed about %.0f s more. Run again with a"+
-				indent+"longer --timeout, such as --timeout %v, to tell late from lost.\n",
-				limit, o.ArrivingPerSecond, o.LastArrivalAgoMs, s.Lost, o.RemainingEstimateS, suggestTimeout(limit, o.RemainingEstimateS))
+				indent+"longer --timeout, such as --timeout %dm, to tell late from lost.\n",
+				limit, o.ArrivingPerSecond, o.LastArrivalAgoMs, s.Lost, o.RemainingEstimateS, suggestTimeoutMinutes(limit, o.RemainingEstimateS))
 		} else {
 			fmt.Fprintf(&b, "out of time          the %v --timeout ran out %.0f ms after the last delivery, before the"+
 				indent+"run declared the rest lost (after a silence): the %d counted lost may only be late."+
-				indent+"Run again with a longer --timeout, such as --timeout %v, to tell late from lost.\n",
-				limit, o.LastArrivalAgoMs, s.Lost, suggestTimeout(limit, limit.Seconds()/2))
+				indent+"Run again with a longer --timeout, such as --timeout %dm, to tell late from lost.\n",
+				limit, o.LastArrivalAgoMs, s.Lost, suggestTimeoutMinutes(limit, limit.Seconds()/2))
 		}
 	}
 	return b.String()
@@ -317,6 +317,11 @@ type outOfTime struct {
 	LastArrivalAgoMs   float64 `json:"last_arrival_ago_ms"`  // from the last delivery or refusal to the end of the wait
 	ArrivingPerSecond  float64 `json:"arriving_per_second"`  // over the wait's last 10 s
 	RemainingEstimateS float64 `json:"remaining_estimate_s"` // at that pace, for what had not arrived
+}
+
+// limit is the wait's limit as a duration.
+func (o *outOfTime) limit() time.Duration {
+	return time.Duration(o.TimeoutSeconds * float64(time.Second))
 }
 
 // fault is a failure injected during a run, and what it cost.
@@ -703,23 +708,9 @@ func peakRSSMiB() float64 {
 	return 0
 }
 
-// suggestTimeout is a --timeout that leaves room for what was still to come
-// at the pace it was arriving (remainingS seconds): limit and twice that,
-// rounded up to a whole minute.
-func suggestTimeout(limit time.Duration, remainingS float64) flagDuration {
-	return flagDuration((limit + time.Duration(2*remainingS*float64(time.Second))).Truncate(time.Minute) + time.Minute)
-}
-
-// flagDuration prints a duration as a user would type it: 5m, not 5m0s.
-type flagDuration time.Duration
-
-func (d flagDuration) String() string {
-	s := time.Duration(d).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+// suggestTimeoutMinutes is a --timeout, in whole minutes, that leaves room
+// for what was still to come at the pace it was arriving (remainingS
+// seconds): limit and twice that, rounded up.
+func suggestTimeoutMinutes(limit time.Duration, remainingS float64) int {
+	return int((limit+time.Duration(2*remainingS*float64(time.Second)))/time.Minute) + 1
 }
