@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,6 +77,51 @@ func TestEveryNotificationGoesHome(t *testing.T) {
 	assert.Zero(t, s.DownstreamMismatch)
 	assert.Zero(t, s.BrokenPromises, "a stateless channel never gets a completion")
 	assert.Greater(t, s.ExpectedRefused, 0, "the plan includes messages that must be refused")
+}
+
+// A deployment outlives a run: a second run on the same seed, against the
+// same NATS, gateway, workers and router, is new messages to them, none
+// dropped as a repeat of the first run's (JetStream's duplicate window, the
+// router's delivery records) and so counted lost.
+func TestASecondRunOnTheSameSeedIsDeliveredToo(t *testing.T) {
+	c := testConfig(t, "--messages", "120", "--conversations", "30")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	for run := range 2 {
+		s, err := top.drive(context.Background(), c.seed, nil)
+		require.NoError(t, err)
+		assert.Equal(t, s.Expected, s.Delivered, "run %d:\n%s", run+1, s)
+		assert.True(t, s.ok(), "run %d:\n%s", run+1, s)
+	}
+}
+
+// The seed decides the load, the run its message IDs: two runs on one seed
+// send the same conversations and kinds of message, under IDs that no other
+// message of either run has, each a number Telegram's int64 and any JSON
+// reader (exact to 2^53) hold.
+func TestPlanNumbersEachRunAnew(t *testing.T) {
+	a, b := plan(500, 40, 7, minRun), plan(500, 40, 7, 10*minRun-1)
+	seen := map[string]bool{}
+	for i := range a {
+		assert.Equal(t, a[i].conv, b[i].conv)
+		assert.Equal(t, a[i].background, b[i].background)
+		for _, m := range []message{a[i], b[i]} {
+			assert.False(t, seen[m.id], "message ID %s sent twice", m.id)
+			seen[m.id] = true
+			n, err := strconv.ParseInt(m.id, 10, 64)
+			require.NoError(t, err)
+			assert.Less(t, n, int64(1)<<53, m.id)
+		}
+	}
+	last := plan(maxMessages, 1, 1, 10*minRun-1)[maxMessages-1]
+	n, err := strconv.ParseInt(last.id, 10, 64)
+	require.NoError(t, err)
+	assert.Less(t, n, int64(1)<<53, "the largest ID of the largest run")
+	for range 1000 {
+		r := newRun()
+		require.True(t, r >= minRun && r < 10*minRun, "run %d", r)
+	}
 }
 
 // The original bug, on the same load: the process environment is shared by

@@ -83,9 +83,27 @@ func (m message) body() (string, any) {
 	return "api", apiRequest{RequestID: m.id, User: "svc", Input: "hi", Background: m.background}
 }
 
+// A run's message IDs are run*runIDSpan + i, the i-th message of run run,
+// a number drawn in [minRun, minRun*10) for each run (newRun). A deployment
+// that outlives a run keeps what it has seen: JetStream drops a job whose
+// Nats-Msg-Id it stored within its duplicate window, and the router skips a
+// delivery its bucket records as made. A chat platform never sends a message
+// ID twice; were a second run to reuse the first's IDs, the deployment would
+// rightly drop them as repeats, and the driver would count them lost. The
+// IDs stay below 2^53, exact in any JSON reader, and fit Telegram's int64.
+const (
+	runIDSpan = maxMessages // a run's messages are numbered 0 to maxMessages-1
+	minRun    = 100_000_000
+)
+
+// newRun draws a run number for plan's message IDs.
+func newRun() uint64 { return minRun + rand.Uint64N(9*minRun) }
+
 // plan builds n messages over conv conversations, interleaved: every
-// conversation has messages in flight at once.
-func plan(n, conv int, seed uint64) []message {
+// conversation has messages in flight at once. The seed decides the
+// conversations and which message goes to which; run (newRun) numbers the
+// messages, so that no two runs send one message ID.
+func plan(n, conv int, seed, run uint64) []message {
 	r := rand.New(rand.NewPCG(seed, 1))
 	platforms := []string{"telegram", "discord", "slack", "api"}
 	convs := make([]conversation, conv)
@@ -109,7 +127,7 @@ func plan(n, conv int, seed uint64) []message {
 		if c.platform != "telegram" && c.platform != "api" && r.IntN(50) == 0 {
 			c.noScope = true // about 2% of scoped messages lose their scope on the way in
 		}
-		msgs[i] = message{id: fmt.Sprint(seed*10_000_000 + uint64(i)), conv: c, background: r.IntN(4) == 0}
+		msgs[i] = message{id: fmt.Sprint(run*runIDSpan + uint64(i)), conv: c, background: r.IntN(4) == 0}
 	}
 	return msgs
 }
@@ -407,7 +425,7 @@ type driverConfig struct {
 // drive sends the load and waits for its outcome.
 func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (summary, error) {
 	p.reset()
-	msgs := plan(cfg.messages, cfg.conversations, cfg.seed)
+	msgs := plan(cfg.messages, cfg.conversations, cfg.seed, newRun())
 	byID := make(map[string]*message, len(msgs))
 	sum := summary{Sent: len(msgs), Conversations: cfg.conversations}
 	for i := range msgs {

@@ -170,7 +170,7 @@ func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs.StringVar(&c.node.routes, "node-routes", "", "role nats-node: comma-separated nats-route:// URLs of every node")
 	fs.StringVar(&c.node.storeDir, "node-store", "", "role nats-node: the JetStream store directory")
 	fs.BoolVar(&c.asJSON, "json", false, "print the summary as JSON")
-	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the load plan: the conversations, and which message goes to which (message IDs are new in every run)")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: post this many messages per second, on schedule whatever the replies do, for --duration (0: one burst of --messages)")
 	fs.DurationVar(&c.duration, "duration", 0, "open loop: how long to post at --rate (default 30s with --rate)")
 	keyID = fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
