@@ -954,7 +954,8 @@ func printExploration(w io.Writer, ex *Exploration) {
 				msgs++
 			}
 		}
-		fmt.Fprintf(w, "\nconversation %s: %d messages, %d completions, %d anomalies\n", c.ID, msgs, comps, c.Anomalies)
+		fmt.Fprintf(w, "\nconversation %s: %s, %s, %s\n", c.ID, counted(msgs, "message", "messages"),
+			counted(comps, "completion", "completions"), counted(c.Anomalies, "anomaly", "anomalies"))
 		for _, t := range c.Traces {
 			at := time.UnixMicro(t.Start).UTC().Format("15:04:05.000")
 			if t.Kind == "completion" {
@@ -979,8 +980,9 @@ func printExploration(w io.Writer, ex *Exploration) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\n%d conversations, %d messages, %d completions, %d spans, %d anomalies\n",
-		len(ex.Conversations), ex.Messages, ex.Completions, ex.Spans, len(ex.Anomalies))
+	fmt.Fprintf(w, "\n%s, %s, %s, %s, %s\n", counted(len(ex.Conversations), "conversation", "conversations"),
+		counted(ex.Messages, "message", "messages"), counted(ex.Completions, "completion", "completions"),
+		counted(ex.Spans, "span", "spans"), counted(len(ex.Anomalies), "anomaly", "anomalies"))
 	for _, a := range ex.Anomalies {
 		where := "trace " + a.TraceID
 		if a.Span != "" {
@@ -1006,4 +1008,12 @@ func fmtDur(us int64) string {
 		return fmt.Sprintf("%.1fms", float64(us)/1000)
 	}
 	return d.Round(10 * time.Millisecond).String()
+}
+
+// counted is n with its noun, singular for one: "1 conversation", "0 anomalies".
+func counted(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

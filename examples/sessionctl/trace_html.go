@@ -214,7 +214,7 @@ func layoutConversation(c *Conversation, index int) htmlConversation {
 	return hc
 }
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{"counted": counted}).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -250,8 +250,8 @@ code { font-family: ui-monospace, monospace; }
 <body>
 <h1>Conversations in traces</h1>
 <div class="meta">{{.Query}} &middot; generated {{.Generated}} by <code>sessionctl trace</code></div>
-<p>{{len .Conversations}} conversations, {{.Messages}} messages, {{.Completions}} completions, {{.Spans}} spans &middot;
-{{if .Anomalies}}<span class="bad">{{len .Anomalies}} anomalies</span>{{else}}<span class="ok">no anomalies</span>{{end}}</p>
+<p>{{counted (len .Conversations) "conversation" "conversations"}}, {{counted .Messages "message" "messages"}}, {{counted .Completions "completion" "completions"}}, {{counted .Spans "span" "spans"}} &middot;
+{{if .Anomalies}}<span class="bad">{{counted (len .Anomalies) "anomaly" "anomalies"}}</span>{{else}}<span class="ok">no anomalies</span>{{end}}</p>
 <p id="status" class="meta">drawing…</p>
 <div class="legend">
 <span><i class="sw" style="background:#4f7fd1"></i>message (a turn)</span>

@@ -149,6 +149,15 @@ func TestFilterAndJSON(t *testing.T) {
 	assert.Equal(t, 1, ex.Completions)
 }
 
+// One conversation, message or completion is counted in the singular.
+func TestFilterInText(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"trace", "--file", fixtureBaggage, "--thread", "thread-1"}, &out, &errOut, noEnv)
+	require.Equal(t, 0, code, errOut.String())
+	assert.Contains(t, out.String(), "conversation agent:main:discord:thread-1:thread-1: 3 messages, 1 completion, 0 anomalies\n")
+	assert.Regexp(t, `\n1 conversation, 3 messages, 1 completion, \d+ spans, 0 anomalies\n`, out.String())
+}
+
 func TestTraceUsageErrors(t *testing.T) {
 	closed := func() string { // a port nothing listens on
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

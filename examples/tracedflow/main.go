@@ -12,7 +12,7 @@
 //
 //	"$(collector-config/jaegertool/build.sh)" --config=file:collector-config/jaeger.yaml &
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 go run ./examples/tracedflow
-//	curl -s 'http://127.0.0.1:16686/api/traces?service=tracedflow-gateway&tags={"session.thread_id":"thread-1"}'
+//	curl -sg 'http://127.0.0.1:16686/api/traces?service=tracedflow-gateway&tags={"session.thread_id":"thread-1"}'
 //
 // It exits with status 1 if any delivery reached the wrong thread or never
 // arrived.
