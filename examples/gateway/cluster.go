@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"sync"
@@ -65,7 +66,8 @@ func embeddedNATS() (*server.Server, func(), error) {
 type topology struct {
 	cfg      config
 	cluster  *natsCluster // with --nats-cluster
-	router   *routerProc  // with --fault router-kill: the router in its own process
+	router   *roleProc    // with --fault router-kill: the router in its own process
+	ingress  *roleProc    // with --fault gateway-kill: the gateway (the ingress) in its own process
 	nc       *nats.Conn
 	p        *platforms
 	procs    *workerProcs
@@ -129,12 +131,17 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		}
 	}
 	t.done = make(chan error, 2+t.cfg.workers)
-	if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tps["gateway"], t.done); err != nil {
+	if t.cfg.fault == faultGateway {
+		t.ingress = &roleProc{role: "gateway", cfg: t.cfg}
+		if t.cfg.ingressURL, err = t.ingress.start(); err != nil {
+			return nil, err
+		}
+	} else if t.cfg.ingressURL, err = startRole(ctx, t.cfg, "gateway", t.nc, js, t.tps["gateway"], t.done); err != nil {
 		return nil, err
 	}
 	if t.cfg.fault == faultRouter {
-		t.router = &routerProc{cfg: t.cfg}
-		if err := t.router.start(); err != nil {
+		t.router = &roleProc{role: "router", cfg: t.cfg}
+		if _, err := t.router.start(); err != nil {
 			return nil, err
 		}
 	} else {
@@ -191,12 +198,14 @@ const (
 	faultNATSRestart = "nats-restart"      // SIGKILL a NATS node, restarted 5 s later
 	faultNATSPosting = "nats-kill-posting" // SIGKILL a NATS node while the load is still being posted
 	faultRouter      = "router-kill"       // SIGKILL the router process, and start another
+	faultGateway     = "gateway-kill"      // SIGKILL the gateway (the ingress) while the load is posted, and start another on its address
 )
 
-var faultNames = []string{faultNATSKill, faultNATSRestart, faultNATSPosting, faultRouter}
+var faultNames = []string{faultNATSKill, faultNATSRestart, faultNATSPosting, faultRouter, faultGateway}
 
 // inject waits for a third of the messages to be delivered (or, for
-// nats-kill-posting, posted), then injects the fault and records when.
+// nats-kill-posting and gateway-kill, posted), then injects the fault and
+// records when.
 func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faultClock) {
 	if t.cfg.fault == "" {
 		return
@@ -204,7 +213,7 @@ func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faul
 	at := int64(t.cfg.messages / 3)
 	for ctx.Err() == nil {
 		var n int64
-		if t.cfg.fault == faultNATSPosting {
+		if t.cfg.fault == faultNATSPosting || t.cfg.fault == faultGateway {
 			n = posted.Load()
 		} else {
 			t.p.mu.Lock()
@@ -226,9 +235,25 @@ func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faul
 			return
 		}
 		clock.set("router SIGKILLed, restarted")
-		if err := t.router.start(); err != nil {
+		if _, err := t.router.start(); err != nil {
 			fmt.Fprintln(os.Stderr, "fault:", err)
 		}
+	case faultGateway:
+		// The driver's posts fail until another gateway listens on the
+		// address: it tries them again, and a message the killed gateway
+		// had already queued is queued once (its Nats-Msg-Id).
+		if err := t.ingress.kill(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			return
+		}
+		clock.set("gateway (the ingress) SIGKILLed while posting")
+		_, err := t.ingress.start()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			return
+		}
+		_, at := clock.get()
+		clock.then(fmt.Sprintf(" (another listening on its address %.0f ms later)", float64(time.Since(at).Microseconds())/1000))
 	default:
 		// The node to lose is the leader of the jobs stream, which every
 		// message passes through: the worst case, a leader election.
@@ -261,6 +286,9 @@ func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faul
 // stop ends the roles first, waiting for their work in flight, then the
 // services they call, then NATS.
 func (t *topology) stop() {
+	if t.ingress != nil {
+		t.ingress.stop()
+	}
 	if t.procs != nil {
 		t.procs.stop()
 	}
@@ -469,46 +497,73 @@ func (w *workerProcs) stop() {
 	w.procs = nil
 }
 
-// routerProc is the router in a child process, to be killed like a crash.
-type routerProc struct {
-	cfg config
-	mu  sync.Mutex
-	cmd *exec.Cmd
+// roleProc is one role (the router, or the gateway's ingress) in a child
+// process, to be killed like a crash and started again.
+type roleProc struct {
+	role string // "router" or "gateway"
+	cfg  config
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	// listen is where the gateway listens: a free port at first, then the
+	// port it got, so that one started after a kill takes the same address.
+	listen string
 }
 
-func (r *routerProc) start() error {
+func (r *roleProc) args() []string {
 	c := r.cfg
-	cmd, _, err := spawnReady("router", "--role", "router", "--nats-url", c.natsURL, "--platform-url", c.platformURL,
-		"--concurrency", fmt.Sprint(c.concurrency), "--ack-wait", c.ackWait.String(),
-		"--replicas", fmt.Sprint(c.layout.replicas))
+	args := []string{"--role", r.role, "--nats-url", c.natsURL, "--session-store", c.store,
+		"--replicas", fmt.Sprint(c.layout.replicas)}
+	if r.role == "gateway" {
+		return append(args, "--listen", r.listen)
+	}
+	return append(args, "--platform-url", c.platformURL, "--concurrency", fmt.Sprint(c.concurrency),
+		"--ack-wait", c.ackWait.String())
+}
+
+// start starts the role's process and returns, once it is ready, the URL it
+// serves (the gateway's ingress; "" for the router).
+func (r *roleProc) start() (string, error) {
+	if r.role == "gateway" && r.listen == "" {
+		r.listen = "127.0.0.1:0"
+	}
+	cmd, url, err := spawnReady(r.role, r.args()...)
 	if err != nil {
-		return err
+		return "", err
+	}
+	if r.role == "gateway" {
+		u, err := neturl.Parse(url)
+		if err != nil || u.Host == "" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return "", fmt.Errorf("the gateway process said it serves %q, not a URL: %v", url, err)
+		}
+		r.listen = u.Host
 	}
 	r.mu.Lock()
 	r.cmd = cmd
 	r.mu.Unlock()
-	return nil
+	return url, nil
 }
 
-// kill ends the router with SIGKILL: whatever it was delivering is neither
-// recorded nor acknowledged.
-func (r *routerProc) kill() error {
+// kill ends the process with SIGKILL: whatever it was doing is left undone,
+// its requests unanswered, its deliveries neither recorded nor acknowledged.
+func (r *roleProc) kill() error {
 	r.mu.Lock()
 	cmd := r.cmd
 	r.cmd = nil
 	r.mu.Unlock()
 	if cmd == nil {
-		return errors.New("the router process is not running")
+		return fmt.Errorf("the %s process is not running", r.role)
 	}
 	if err := cmd.Process.Kill(); err != nil {
-		return fmt.Errorf("kill the router: %w", err)
+		return fmt.Errorf("kill the %s: %w", r.role, err)
 	}
 	_ = cmd.Wait()
 	return nil
 }
 
-// stop ends the router: SIGTERM, then SIGKILL after 5 s.
-func (r *routerProc) stop() {
+// stop ends the process: SIGTERM, then SIGKILL after 5 s.
+func (r *roleProc) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd == nil {

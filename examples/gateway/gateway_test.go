@@ -458,10 +458,11 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 // A real three-node NATS cluster (this test binary re-executed as each
 // server), and one fault in the middle of each run: a node SIGKILLed and
 // left dead, killed and restarted 5 s later, killed while the load is still
-// being posted, and the router SIGKILLed. The node killed is the leader of
-// the jobs stream, so every run goes through a leader election. Each run
-// must end with every delivery made: none lost, misrouted, or shown twice in
-// a chat, and no message the ingress could not take.
+// being posted, the router SIGKILLed, and the gateway (the ingress)
+// SIGKILLed while the load is posted. The node killed is the leader of the
+// jobs stream, so every run goes through a leader election. Each run must
+// end with every delivery made: none lost, misrouted, or shown twice in a
+// chat, and no message the ingress could not take.
 func TestClusterSurvivesFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a NATS cluster four times")
@@ -482,6 +483,11 @@ func TestClusterSurvivesFaults(t *testing.T) {
 			assert.Zero(t, s.NotPosted)
 			assert.Equal(t, s.Expected, s.Delivered)
 			assert.Equal(t, s.ExpectedRefused, s.Refused)
+			if f == faultGateway {
+				// The kill came while messages were being posted: some were
+				// posted again to the gateway started in its place.
+				assert.Positive(t, s.PostedAgain, "posts tried again after the gateway was killed")
+			}
 			if f != faultRouter {
 				// A router that lives acknowledges only what it recorded: a
 				// lost node delays the record, and never makes it send again.

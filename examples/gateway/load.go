@@ -198,6 +198,7 @@ type summary struct {
 	ExpectedRefused    int     `json:"expected_refusals"`
 	ForgedRefused      int     `json:"forged_refused"` // notifications whose session did not verify, never delivered
 	NotPosted          int     `json:"not_posted"`     // the ingress refused them until the driver gave up
+	PostedAgain        int     `json:"posted_again"`   // posted more than once: the ingress refused a post, or was not there
 	Lost               int     `json:"lost"`
 	Duplicates         int     `json:"duplicates"`           // shown twice in a chat
 	RouterResends      int     `json:"sent_twice_by_router"` // posts the platform's idempotency key caught
@@ -306,6 +307,10 @@ func (s summary) notes() string {
 		fmt.Fprintf(&b, "fault                %s at %.1f s: first delivery %.0f ms after it, longest pause %.0f ms; "+
 			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
 	}
+	if s.PostedAgain > 0 {
+		fmt.Fprintf(&b, "posted again         %d   (messages the ingress refused or was not there to take at first; "+
+			"posted again, each is queued once)\n", s.PostedAgain)
+	}
 	if s.Interrupted {
 		b.WriteString("interrupted          the run was stopped before it finished: the figures cover what happened until then (lost: not arrived yet)\n")
 	}
@@ -362,6 +367,14 @@ type faultClock struct {
 func (f *faultClock) set(what string) {
 	f.mu.Lock()
 	f.what, f.at = what, time.Now()
+	f.mu.Unlock()
+}
+
+// then adds to what was done, after it was done: the time it was done
+// stays the fault's.
+func (f *faultClock) then(more string) {
+	f.mu.Lock()
+	f.what += more
 	f.mu.Unlock()
 }
 
@@ -479,6 +492,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	postErr.who = "load"
 	var wg sync.WaitGroup
 	var posted, expected atomic.Int64 // for the progress reporter's goroutine
+	var postedAgain atomic.Int64
 	var posting atomic.Bool
 	posting.Store(true)
 	expected.Store(int64(sum.Expected))
@@ -515,7 +529,11 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout)); err != nil {
+			tries, err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout))
+			if tries > 1 {
+				postedAgain.Add(1)
+			}
+			if err != nil {
 				if ctx.Err() == nil { // after Ctrl-C every post in flight fails the same way: not news
 					postErr.print(errors.New(strings.Replace(err.Error(), msgs[i].id, "a message", 1))) // once per kind
 				}
@@ -540,6 +558,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 			sum.ExpectedRefused -= 1 + btoi(msgs[i].background)
 		}
 	}
+	sum.PostedAgain = int(postedAgain.Load())
 	expected.Store(int64(sum.Expected))
 	posting.Store(false)
 
@@ -663,37 +682,39 @@ func btoi(b bool) int {
 	return 0
 }
 
-// post sends one message to the ingress. A refusal that may pass (503 while
-// the gateway's queue elects a new leader, 429, a lost connection) is tried
-// again, backing off from 100 ms to 2 s, until the deadline: the message id
-// makes a repeated post queue the message once. A 4xx is final.
-func post(ctx context.Context, client *http.Client, ingressURL string, m message, deadline time.Time) error {
+// post sends one message to the ingress, and says how many times it did. A
+// refusal that may pass (503 while the gateway's queue elects a new leader,
+// 429, a lost connection, a gateway not listening) is tried again, backing
+// off from 100 ms to 2 s, until the deadline: the message id makes a
+// repeated post queue the message once. A 4xx is final.
+func post(ctx context.Context, client *http.Client, ingressURL string, m message, deadline time.Time) (tries int, _ error) {
 	platform, body := m.body()
 	b, err := json.Marshal(body)
 	if err != nil {
-		return fmt.Errorf("encode message %s: %w", m.id, err)
+		return 0, fmt.Errorf("encode message %s: %w", m.id, err)
 	}
 	wait := 100 * time.Millisecond
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ingressURL+"/v1/"+platform+"/messages", bytes.NewReader(b))
 		if err != nil {
-			return fmt.Errorf("build the post of message %s: %w", m.id, err)
+			return tries, fmt.Errorf("build the post of message %s: %w", m.id, err)
 		}
 		req.Header.Set("Content-Type", "application/json")
+		tries++
 		resp, err := client.Do(req)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			switch {
 			case resp.StatusCode == http.StatusAccepted:
-				return nil
+				return tries, nil
 			case resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests:
-				return fmt.Errorf("the ingress refused message %s: %s", m.id, resp.Status)
+				return tries, fmt.Errorf("the ingress refused message %s: %s", m.id, resp.Status)
 			}
 			err = fmt.Errorf("the ingress answered %s", resp.Status)
 		}
 		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("post message %s: %w (gave up)", m.id, err)
+			return tries, fmt.Errorf("post message %s: %w (gave up)", m.id, err)
 		}
 		select {
 		case <-ctx.Done():
