@@ -96,6 +96,50 @@ func TestASecondRunOnTheSameSeedIsDeliveredToo(t *testing.T) {
 	}
 }
 
+// A run that stops early leaves its work queued, and its replies arrive
+// during the next run on the same deployment: they are that earlier run's,
+// counted apart, neither misrouted nor settling the next run's wait.
+func TestAnEarlierRunsLateRepliesAreNotThisRuns(t *testing.T) {
+	c := testConfig(t)
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	first, stopFirst := context.WithCancel(context.Background())
+	go func() {
+		defer stopFirst()
+		for first.Err() == nil {
+			top.p.mu.Lock()
+			n := len(top.p.deliveries)
+			top.p.mu.Unlock()
+			if n >= 10 {
+				return // the first run stops waiting with most of its work queued
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	s1, err := top.drive(first, c.seed, nil)
+	require.NoError(t, err)
+	require.True(t, s1.Interrupted)
+	s2, err := top.drive(context.Background(), c.seed, nil)
+	require.NoError(t, err)
+	t.Logf("\n%s", s2)
+	assert.Positive(t, s2.EarlierRuns, "the first run's replies arrived during the second")
+	assert.Zero(t, s2.Misrouted)
+	assert.Zero(t, s2.Lost)
+	assert.Equal(t, s2.Expected, s2.Delivered)
+	assert.Equal(t, s2.ExpectedRefused, s2.Refused)
+}
+
+func TestOfRun(t *testing.T) {
+	const run = 450_899_421
+	assert.True(t, ofRun("450899421000002", run))
+	assert.True(t, ofRun("450899421999999", run))
+	assert.False(t, ofRun("450899422000002", run), "another run's")
+	assert.False(t, ofRun("10000042", run), "an ID from a build before runs were numbered")
+	assert.True(t, ofRun("victim", run), "not a number plan makes: judged, and misrouted")
+	assert.True(t, ofRun("-5", run))
+}
+
 // The seed decides the load, the run its message IDs: two runs on one seed
 // send the same conversations and kinds of message, under IDs that no other
 // message of either run has, each a number Telegram's int64 and any JSON

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,9 +139,11 @@ func plan(n, conv int, seed, run uint64) []message {
 // once, answers it as a success, and counts it as sent twice.
 type platforms struct {
 	mu         sync.Mutex
+	run        uint64 // the run whose deliveries are recorded (plan's run)
 	deliveries []delivery
 	keys       map[string]bool // idempotency keys of the posts shown
 	resent     int             // posts whose key was shown already
+	earlier    int             // posts for messages of another run
 	arrived    chan struct{}
 }
 
@@ -148,11 +151,27 @@ func newPlatforms() *platforms {
 	return &platforms{arrived: make(chan struct{}, 1), keys: map[string]bool{}}
 }
 
-// reset forgets what was delivered, before another run on the same topology.
-func (p *platforms) reset() {
+// reset forgets what was delivered, before run, another run on the same
+// topology.
+func (p *platforms) reset(run uint64) {
 	p.mu.Lock()
-	p.deliveries, p.keys, p.resent = nil, map[string]bool{}, 0
+	p.run, p.deliveries, p.keys, p.resent, p.earlier = run, nil, map[string]bool{}, 0, 0
 	p.mu.Unlock()
+}
+
+// ofRun reports whether a notification for message id may be run's: it is
+// false only for a message ID of plan's form from another run. A deployment
+// that outlives a run (--role load, or --nats-url) can still hold its work
+// when the next run starts: a run stopped early, or whose driver stopped
+// waiting, left jobs queued, and their replies arrive during the next one.
+// They were routed by their own sessions, to their own run's chats, which
+// this run cannot judge; counted as this run's, they would be misrouted
+// (no message of this run has their ID) and settle the wait early. Any
+// other ID is judged as this run's: one that is not a number plan makes is
+// misrouted.
+func ofRun(id string, run uint64) bool {
+	n, err := strconv.ParseUint(id, 10, 64)
+	return err != nil || n/runIDSpan == run
 }
 
 func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +186,11 @@ func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := delivery{notification: post.notification, Platform: r.URL.Path[1:], At: time.Now()}
 	p.mu.Lock()
+	if !ofRun(d.ID, p.run) {
+		p.earlier++ // answered as delivered: it is, to an earlier run's chat
+		p.mu.Unlock()
+		return
+	}
 	if key != "" {
 		key = d.Platform + "/" + key
 	}
@@ -199,6 +223,7 @@ type summary struct {
 	ForgedRefused      int     `json:"forged_refused"` // notifications whose session did not verify, never delivered
 	NotPosted          int     `json:"not_posted"`     // the ingress refused them until the driver gave up
 	PostedAgain        int     `json:"posted_again"`   // posted more than once: the ingress refused a post, or was not there
+	EarlierRuns        int     `json:"earlier_runs"`   // notifications for messages of an earlier run, delivered or refused during this one: not judged
 	Lost               int     `json:"lost"`
 	Duplicates         int     `json:"duplicates"`           // shown twice in a chat
 	RouterResends      int     `json:"sent_twice_by_router"` // posts the platform's idempotency key caught
@@ -306,6 +331,10 @@ func (s summary) notes() string {
 	if f := s.Fault; f != nil {
 		fmt.Fprintf(&b, "fault                %s at %.1f s: first delivery %.0f ms after it, longest pause %.0f ms; "+
 			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
+	}
+	if s.EarlierRuns > 0 {
+		fmt.Fprintf(&b, "earlier runs         %d   (replies and completions for messages an earlier run sent, left queued when it ended;\n"+
+			"                     delivered or refused during this run, and not counted in it)\n", s.EarlierRuns)
 	}
 	if s.PostedAgain > 0 {
 		fmt.Fprintf(&b, "posted again         %d   (messages the ingress refused or was not there to take at first; "+
@@ -437,8 +466,9 @@ type driverConfig struct {
 
 // drive sends the load and waits for its outcome.
 func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (summary, error) {
-	p.reset()
-	msgs := plan(cfg.messages, cfg.conversations, cfg.seed, newRun())
+	run := newRun()
+	p.reset(run)
+	msgs := plan(cfg.messages, cfg.conversations, cfg.seed, run)
 	byID := make(map[string]*message, len(msgs))
 	sum := summary{Sent: len(msgs), Conversations: cfg.conversations}
 	for i := range msgs {
@@ -460,13 +490,17 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	var refusedMu sync.Mutex
 	refused := map[string]bool{}
 	forged := map[string]bool{}
+	earlierRefused := 0
 	sub, err := nc.Subscribe(refusedSubject, func(m *nats.Msg) {
 		var r refusal
 		if json.Unmarshal(m.Data, &r) == nil {
 			refusedMu.Lock()
-			if r.Forged {
+			switch {
+			case r.Forged:
 				forged[r.Kind+"."+r.ID] = true // the forger's words: never an expected refusal
-			} else {
+			case !ofRun(r.ID, run):
+				earlierRefused++
+			default:
 				refused[r.Kind+"."+r.ID] = true
 			}
 			refusedMu.Unlock()
@@ -644,6 +678,7 @@ wait:
 	}
 	refusedMu.Lock()
 	sum.Refused, sum.ForgedRefused = len(refused), len(forged)
+	sum.EarlierRuns = earlierRefused
 	refusedMu.Unlock()
 	for i := range msgs {
 		if notPosted[i] {
@@ -669,6 +704,7 @@ wait:
 	}
 	sum.PeakRSSMiB = peakRSSMiB()
 	sum.RouterResends = p.resent
+	sum.EarlierRuns += p.earlier
 	if what, at := cfg.faults.get(); !at.IsZero() {
 		sum.Fault = measure(what, start, at, p.deliveries)
 	}
