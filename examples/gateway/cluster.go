@@ -28,10 +28,10 @@ import (
 
 // services is what the load role hosts: the chat platforms and the
 // downstream service, on one loopback server.
-func services(ctx context.Context, addr string, p *platforms, trust propagation.TrustFunc) (platformURL, downstreamURL string, err error) {
+func services(ctx context.Context, addr string, p *platforms, trust propagation.TrustFunc, down *outage) (platformURL, downstreamURL string, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/platforms/", http.StripPrefix("/platforms", p))
-	mux.Handle("/downstream", downstream(trust))
+	mux.Handle("/downstream", downstream(trust, down))
 	base, err := serve(ctx, addr, mux)
 	if err != nil {
 		return "", "", err
@@ -72,6 +72,7 @@ type topology struct {
 	p        *platforms
 	procs    *workerProcs
 	grpcDown *grpcDownstream                     // with --downstream=grpc
+	downOut  outage                              // the downstream service's, HTTP or gRPC (--fault downstream-down)
 	tps      map[string]*sdktrace.TracerProvider // by role: each role is its own service in a trace, as when run apart
 	traces   *demotrace.Summary
 	cancel   context.CancelFunc // stops the roles
@@ -122,11 +123,11 @@ func startTopology(ctx context.Context, c config) (_ *topology, err error) {
 		}
 	}
 	t.p = newPlatforms()
-	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust); err != nil {
+	if t.cfg.platformURL, t.cfg.downstreamURL, err = services(svcCtx, "127.0.0.1:0", t.p, t.cfg.trust, &t.downOut); err != nil {
 		return nil, err
 	}
 	if t.cfg.downstream == downstreamGRPC {
-		if t.cfg.downstreamURL, t.grpcDown, err = serveGRPCDownstream(svcCtx, "127.0.0.1:0", t.cfg.trust, t.tps["downstream"]); err != nil {
+		if t.cfg.downstreamURL, t.grpcDown, err = serveGRPCDownstream(svcCtx, "127.0.0.1:0", t.cfg.trust, t.tps["downstream"], &t.downOut); err != nil {
 			return nil, err
 		}
 	}
@@ -199,9 +200,15 @@ const (
 	faultNATSPosting = "nats-kill-posting" // SIGKILL a NATS node while the load is still being posted
 	faultRouter      = "router-kill"       // SIGKILL the router process, and start another
 	faultGateway     = "gateway-kill"      // SIGKILL the gateway (the ingress) while the load is posted, and start another on its address
+	faultDownstream  = "downstream-down"   // the downstream service refuses every call for outageFor (503, gRPC Unavailable)
+	faultPlatforms   = "platform-down"     // the chat platforms refuse every post for outageFor (503)
 )
 
-var faultNames = []string{faultNATSKill, faultNATSRestart, faultNATSPosting, faultRouter, faultGateway}
+var faultNames = []string{faultNATSKill, faultNATSRestart, faultNATSPosting, faultRouter, faultGateway, faultDownstream, faultPlatforms}
+
+// outageFor is how long a downstream-down or platform-down outage lasts:
+// long enough for every job or delivery in flight to fail several times.
+const outageFor = 10 * time.Second
 
 // inject waits for a third of the messages to be delivered (or, for
 // nats-kill-posting and gateway-kill, posted), then injects the fault and
@@ -238,6 +245,15 @@ func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faul
 		if _, err := t.router.start(); err != nil {
 			fmt.Fprintln(os.Stderr, "fault:", err)
 		}
+	case faultDownstream, faultPlatforms:
+		o, who := &t.downOut, "downstream service"
+		if t.cfg.fault == faultPlatforms {
+			o, who = &t.p.out, "chat platforms"
+		}
+		o.begin(outageFor)
+		clock.set(fmt.Sprintf("%s refusing every call for %v", who, outageFor))
+		time.Sleep(outageFor) // even if the run has ended: the outage is part of the fault
+		clock.then(fmt.Sprintf(" (%d refused)", o.refused.Load()))
 	case faultGateway:
 		// The driver's posts fail until another gateway listens on the
 		// address: it tries them again, and a message the killed gateway
@@ -368,12 +384,13 @@ func runLoad(ctx context.Context, c config) error {
 	}
 	defer nc.Close()
 	p := newPlatforms()
-	platformURL, downstreamURL, err := services(ctx, c.listen, p, c.trust)
+	down := &outage{} // a fault of role all only
+	platformURL, downstreamURL, err := services(ctx, c.listen, p, c.trust, down)
 	if err != nil {
 		return err
 	}
 	if c.downstream == downstreamGRPC {
-		if downstreamURL, _, err = serveGRPCDownstream(ctx, grpcListenAddr(c.listen), c.trust, otel.GetTracerProvider()); err != nil {
+		if downstreamURL, _, err = serveGRPCDownstream(ctx, grpcListenAddr(c.listen), c.trust, otel.GetTracerProvider(), down); err != nil {
 			return err
 		}
 	}

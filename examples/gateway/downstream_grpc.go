@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
 	"github.com/sessionwire/sessionwire/otelsession"
@@ -43,12 +45,16 @@ const envThreadKey = "x-thread-id"
 // tell "the right session" from "no session" for conversations without a
 // thread, where both answer "".
 type grpcDownstream struct {
+	out      *outage
 	inbound  *propagation.Inbound
 	calls    atomic.Int64
 	sessions atomic.Int64 // calls whose context held an accepted session
 }
 
 func (d *grpcDownstream) Thread(ctx context.Context) (string, error) {
+	if d.out.refuse() {
+		return "", status.Error(codes.Unavailable, "downstream: unavailable (an outage injected by --fault)")
+	}
 	d.calls.Add(1)
 	if hasRoute(ctx) {
 		d.sessions.Add(1)
@@ -64,12 +70,12 @@ func (d *grpcDownstream) Thread(ctx context.Context) (string, error) {
 // addr, accepting a session only from the peers trust names, and returns
 // its URL (grpc://host:port, what a worker's --downstream-url takes). It
 // stops when ctx ends.
-func serveGRPCDownstream(ctx context.Context, addr string, trust propagation.TrustFunc, tp trace.TracerProvider) (string, *grpcDownstream, error) {
+func serveGRPCDownstream(ctx context.Context, addr string, trust propagation.TrustFunc, tp trace.TracerProvider, o *outage) (string, *grpcDownstream, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("downstream: listen for gRPC on %s: %w", addr, err)
 	}
-	d := &grpcDownstream{inbound: propagation.NewInbound(trust)}
+	d := &grpcDownstream{out: o, inbound: propagation.NewInbound(trust)}
 	prop := propagatorFor(storeBaggage) // it reads W3C baggage whatever store the workers use
 	// otelgrpc runs the Edge's propagator, which judges the session where
 	// otelgrpc extracts, so its server span starts from the accepted

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -258,7 +259,7 @@ func TestMultiProcessTopologySurvivesAKilledWorker(t *testing.T) {
 	t.Cleanup(nc.Close)
 
 	p := newPlatforms()
-	platformURL, downstreamURL, err := services(ctx, "127.0.0.1:0", p, propagation.TrustLoopback())
+	platformURL, downstreamURL, err := services(ctx, "127.0.0.1:0", p, propagation.TrustLoopback(), &outage{})
 	require.NoError(t, err)
 	common := []string{"--nats-url", url, "--ack-wait", "1s", "--think", "10ms", "--concurrency", "8"}
 	gw := startProc(t, append([]string{"--role", "gateway"}, common...)...)
@@ -502,8 +503,9 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 // A real three-node NATS cluster (this test binary re-executed as each
 // server), and one fault in the middle of each run: a node SIGKILLed and
 // left dead, killed and restarted 5 s later, killed while the load is still
-// being posted, the router SIGKILLed, and the gateway (the ingress)
-// SIGKILLed while the load is posted. The node killed is the leader of the
+// being posted, the router SIGKILLed, the gateway (the ingress) SIGKILLed
+// while the load is posted, and the downstream service or the chat
+// platforms refusing every call for 10 s. The node killed is the leader of the
 // jobs stream, so every run goes through a leader election. Each run must
 // end with every delivery made: none lost, misrouted, or shown twice in a
 // chat, and no message the ingress could not take.
@@ -527,6 +529,10 @@ func TestClusterSurvivesFaults(t *testing.T) {
 			assert.Zero(t, s.NotPosted)
 			assert.Equal(t, s.Expected, s.Delivered)
 			assert.Equal(t, s.ExpectedRefused, s.Refused)
+			if f == faultDownstream || f == faultPlatforms {
+				// The outage came while work was on its way: calls were refused.
+				assert.NotContains(t, s.Fault.What, "(0 refused)")
+			}
 			if f == faultGateway {
 				// The kill came while messages were being posted: some were
 				// posted again to the gateway started in its place.
@@ -648,4 +654,46 @@ func TestRolesStartDuringLeaderElection(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the job was not delivered within 60 s of the leader's loss")
 	}
+}
+
+// fakeMsg is a JetStream message that says how many times it was delivered.
+type fakeMsg struct {
+	jetstream.Msg
+	delivered uint64
+	err       error
+}
+
+func (m fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
+}
+
+// Work that fails waits longer each time it is delivered, up to 5 s.
+func TestRetryAfterBacksOff(t *testing.T) {
+	for delivered, want := range map[uint64]time.Duration{
+		0: 200 * time.Millisecond, 1: 200 * time.Millisecond, 2: 400 * time.Millisecond, 3: 800 * time.Millisecond,
+		5: 3200 * time.Millisecond, 6: 5 * time.Second, 7: 5 * time.Second, 1 << 40: 5 * time.Second,
+	} {
+		assert.Equal(t, want, retryAfter(fakeMsg{delivered: delivered}), "delivered %d times", delivered)
+	}
+	assert.Equal(t, 200*time.Millisecond, retryAfter(fakeMsg{err: jetstream.ErrNotJSMessage}), "no metadata: as the first time")
+}
+
+// An error repeated while a service is down is printed once, and then once
+// in 30 s with the count of those not printed.
+func TestOnceLogCountsWhatItDoesNotPrint(t *testing.T) {
+	var out strings.Builder
+	l := onceLog{who: "worker", out: &out}
+	for i := range 5 {
+		l.printAs("job: call downstream", fmt.Errorf("job %d: call downstream: it answered 503", i))
+	}
+	l.printAs("job: run the tool", errors.New("job 9: run the tool: exit status 1"))
+	assert.Equal(t, "worker: job 0: call downstream: it answered 503 [errors like it: one line in 30 s, with a count]\n"+
+		"worker: job 9: run the tool: exit status 1 [errors like it: one line in 30 s, with a count]\n", out.String())
+	out.Reset()
+	l.printed["job: call downstream"] = time.Now().Add(-31 * time.Second)
+	l.printAs("job: call downstream", errors.New("job 7: call downstream: it answered 503"))
+	assert.Equal(t, "worker: job 7: call downstream: it answered 503 [and 4 more like it since the last such line]\n", out.String())
 }

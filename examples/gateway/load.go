@@ -145,6 +145,26 @@ type platforms struct {
 	resent     int             // posts whose key was shown already
 	earlier    int             // posts for messages of another run
 	arrived    chan struct{}
+	out        outage // --fault platform-down
+}
+
+// outage is a service refusing every call until a moment (a fault), and
+// counting the calls it refused.
+type outage struct {
+	until   atomic.Int64 // UnixNano; 0: up
+	refused atomic.Int64
+}
+
+// begin refuses every call for d from now.
+func (o *outage) begin(d time.Duration) { o.until.Store(time.Now().Add(d).UnixNano()) }
+
+// refuse reports whether a call now is refused, and counts it if it is.
+func (o *outage) refuse() bool {
+	if time.Now().UnixNano() >= o.until.Load() {
+		return false
+	}
+	o.refused.Add(1)
+	return true
 }
 
 func newPlatforms() *platforms {
@@ -175,6 +195,10 @@ func ofRun(id string, run uint64) bool {
 }
 
 func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.out.refuse() {
+		http.Error(w, "platform: unavailable (an outage injected by --fault)", http.StatusServiceUnavailable)
+		return
+	}
 	var post platformPost
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&post); err != nil {
 		http.Error(w, "platform: "+err.Error(), http.StatusBadRequest)

@@ -144,8 +144,9 @@ func (rt *router) handle(msg jetstream.Msg) {
 		return
 	}
 	if err := rt.deliver(ctx, n); err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
-		_ = msg.NakWithDelay(200 * time.Millisecond)
+		// A platform that is down fails every delivery to it the same way.
+		rt.errs.printAs("deliver: "+n.Origin.Platform, fmt.Errorf("%w (trying it again)", err))
+		_ = msg.NakWithDelay(retryAfter(msg))
 		return
 	}
 	// Acknowledge only a delivery that is recorded: an unrecorded one would

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -214,25 +215,60 @@ func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
 
 // onceLog prints each kind of error once in 30 s: a lost node makes the
 // same few errors repeat every heartbeat, on every consumer, until the
-// cluster has recovered.
+// cluster has recovered, and a service that is down fails every job or
+// delivery that calls it.
 type onceLog struct {
 	who     string
+	out     io.Writer // nil: standard error
 	mu      sync.Mutex
 	printed map[string]time.Time
+	skipped map[string]int // of each kind, since it was last printed
 }
 
-func (l *onceLog) print(err error) {
+// print prints err unless the same error was printed in the last 30 s.
+func (l *onceLog) print(err error) { l.printAs(err.Error(), err) }
+
+// printAs prints err unless an error of kind was printed in the last 30 s,
+// with the number of that kind it did not print since.
+func (l *onceLog) printAs(kind string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	msg := err.Error()
-	if time.Since(l.printed[msg]) < 30*time.Second {
+	last, seen := l.printed[kind]
+	if time.Since(last) < 30*time.Second {
+		l.skipped[kind]++
 		return
 	}
 	if l.printed == nil {
-		l.printed = map[string]time.Time{}
+		l.printed, l.skipped = map[string]time.Time{}, map[string]int{}
 	}
-	l.printed[msg] = time.Now()
-	fmt.Fprintf(os.Stderr, "%s: %v\n", l.who, err)
+	l.printed[kind] = time.Now()
+	out := l.out
+	if out == nil {
+		out = os.Stderr
+	}
+	switch n := l.skipped[kind]; {
+	case !seen:
+		fmt.Fprintf(out, "%s: %v [errors like it: one line in 30 s, with a count]\n", l.who, err)
+	case n > 0:
+		fmt.Fprintf(out, "%s: %v [and %d more like it since the last such line]\n", l.who, err, n)
+	default:
+		fmt.Fprintf(out, "%s: %v\n", l.who, err)
+	}
+	l.skipped[kind] = 0
+}
+
+// retryAfter is how long work that failed (a job, background work, a
+// delivery) waits before it is tried again: 200 ms after its first failure,
+// doubling with each delivery of the message to at most 5 s. A brief
+// failure costs little; a service that is down is called a few times a
+// minute for each piece of work, not five times a second, and once it is up
+// again everything waiting goes within 5 s.
+func retryAfter(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	return min(200*time.Millisecond<<min(n-1, 5), 5*time.Second)
 }
 
 // setupDeadline bounds how long a role retries what it needs before it can

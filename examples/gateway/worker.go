@@ -54,6 +54,7 @@ type worker struct {
 	grpc   *grpcClient // when the downstream URL is grpc://
 	exec   execsession.Config
 	envMu  sync.Mutex // serialises whole-environment writes, as os.Setenv does; not the job
+	errs   onceLog    // failed work, once per kind
 }
 
 func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProvider) (*worker, error) {
@@ -83,7 +84,7 @@ func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProv
 	workerInbounds.p = append(workerInbounds.p, inbound)
 	workerInbounds.Unlock()
 	return &worker{
-		cfg: cfg, js: js, grpc: grpcDown,
+		cfg: cfg, js: js, grpc: grpcDown, errs: onceLog{who: "worker"},
 		pub:    natssession.NewPublisher(natssession.WithTracerProvider(tp), prop, natssession.WithOutbound(cfg.out)),
 		cons:   natssession.NewConsumer(inbound, natssession.WithTracerProvider(tp), prop),
 		tracer: tp.Tracer("gateway/worker"),
@@ -169,8 +170,11 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 		w.setEnv(j.Route) // the original: one process-wide copy, last writer wins
 	}
 	if err := w.work(ctx, j); err != nil {
-		fmt.Fprintln(os.Stderr, "worker: job", j.ID+":", err)
-		_ = msg.NakWithDelay(200 * time.Millisecond)
+		// The kind is what failed ("call downstream", "run the tool"):
+		// when a service is down, every job fails the same way.
+		kind, _, _ := strings.Cut(err.Error(), ":")
+		w.errs.printAs("job: "+kind, fmt.Errorf("job %s: %w (trying it again)", j.ID, err))
+		_ = msg.NakWithDelay(retryAfter(msg))
 		return
 	}
 	if err := msg.Ack(); err != nil {
@@ -291,8 +295,11 @@ func (w *worker) callDownstream(ctx context.Context) (string, error) {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("call downstream: %s %v", resp.Status, err)
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("call downstream: it answered %s", resp.Status)
+	case err != nil:
+		return "", fmt.Errorf("call downstream: read the answer: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }
@@ -365,8 +372,9 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		n.Origin.TraceParent, n.Origin.TraceState = b.Origin.TraceParent, b.Origin.TraceState
 	}
 	if err := w.notify(ctx, n); err != nil {
-		fmt.Fprintln(os.Stderr, "worker: background", b.ID+":", err)
-		_ = msg.NakWithDelay(200 * time.Millisecond)
+		kind, _, _ := strings.Cut(err.Error(), ":")
+		w.errs.printAs("background: "+kind, fmt.Errorf("background %s: %w (trying it again)", b.ID, err))
+		_ = msg.NakWithDelay(retryAfter(msg))
 		return
 	}
 	_ = msg.Ack()
@@ -391,11 +399,15 @@ func runTool() int {
 
 // downstream is a service the worker calls: it reports the thread of the
 // session it received, accepted only from the peers trust names.
-func downstream(trust propagation.TrustFunc) http.Handler {
+func downstream(trust propagation.TrustFunc, o *outage) http.Handler {
 	// It reads the session propagated as W3C baggage; it does not care which
 	// store the workers use.
 	prop := propagatorFor(storeBaggage)
 	return httpsession.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.refuse() {
+			http.Error(w, "downstream: unavailable (an outage injected by --fault)", http.StatusServiceUnavailable)
+			return
+		}
 		thread := otelsession.Getenv(r.Context(), otelsession.FieldThreadID.Name(), "")
 		if v := r.Header.Get("X-Thread-ID"); v != "" { // the env-store worker's header
 			thread = v
