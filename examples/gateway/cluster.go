@@ -252,7 +252,13 @@ func (t *topology) inject(ctx context.Context, posted *atomic.Int64, clock *faul
 		}
 		o.begin(outageFor)
 		clock.set(fmt.Sprintf("%s refusing every call for %v", who, outageFor))
-		time.Sleep(outageFor) // even if the run has ended: the outage is part of the fault
+		// The outage ends by itself; the count of what it refused is added
+		// when it has (no run ends before: its work waits for the service),
+		// or at once on a Ctrl-C.
+		select {
+		case <-time.After(outageFor):
+		case <-ctx.Done():
+		}
 		clock.then(fmt.Sprintf(" (%d refused)", o.refused.Load()))
 	case faultGateway:
 		// The driver's posts fail until another gateway listens on the
