@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +23,7 @@ var flagExamples = map[string]string{
 	"nats-url":          "--nats-url nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222",
 	"session-store":     "--session-store env   (the same load with the original bug)",
 	"listen":            "--listen 0.0.0.0:8080",
+	"grpc-listen":       "--role load --downstream=grpc --grpc-listen 0.0.0.0:9091",
 	"ingress-url":       "--role load --ingress-url http://gw-1:8080",
 	"platform-url":      "--role router --platform-url http://load-1:9090/platforms",
 	"downstream-url":    "--role worker --downstream-url http://load-1:9090/downstream   (or grpc://load-1:9091)",
@@ -201,6 +204,21 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 		return usagef("--fault must be one of %s, not %q", strings.Join(faultNames, ", "), c.fault)
 	case strings.HasPrefix(c.fault, "nats-") && c.natsNodes == 0:
 		return usagef("--fault %s kills a NATS server: it needs --nats-cluster 3", c.fault)
+	case c.grpcListen != "" && (c.role != "load" || c.downstream != downstreamGRPC):
+		return usagef("--grpc-listen is where the load role serves the downstream service over gRPC: give it with --role load --downstream=grpc")
+	case c.grpcListen != "" && !validListen(c.grpcListen):
+		return usagef("--grpc-listen must be host:port (such as 0.0.0.0:9091), not %q", c.grpcListen)
 	}
 	return nil
+}
+
+// validListen reports whether addr is an address to listen on: host:port,
+// the host possibly empty, the port a number (0: any free one).
+func validListen(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n <= 65535
 }

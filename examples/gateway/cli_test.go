@@ -96,6 +96,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"--rate", "10", "--duration", "10s", "--timeout", "5s"}, "must be longer than --duration"},
 		{[]string{"--role", "janitor"}, "--role must be one of"},
 		{[]string{"--messages", "x"}, "invalid value"},
+		{[]string{"--grpc-listen", "127.0.0.1:9091"}, "give it with --role load --downstream=grpc"},
+		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--grpc-listen", "127.0.0.1:9091"}, "give it with --role load --downstream=grpc"},
+		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--downstream=grpc", "--grpc-listen", "9091"}, "--grpc-listen must be host:port"},
+		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--downstream=grpc", "--grpc-listen", ":99999"}, "--grpc-listen must be host:port"},
 	} {
 		start := time.Now()
 		r := gateway(t, 30*time.Second, tc.args...)
@@ -359,4 +363,12 @@ func alive(pid int) bool {
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// The load role's gRPC downstream listens where --grpc-listen says, else on
+// the host of --listen at a free port.
+func TestGRPCListenAddr(t *testing.T) {
+	assert.Equal(t, "0.0.0.0:9091", grpcListenAddr("0.0.0.0:9090", "0.0.0.0:9091"))
+	assert.Equal(t, "10.1.0.5:0", grpcListenAddr("10.1.0.5:9090", ""))
+	assert.Equal(t, "127.0.0.1:0", grpcListenAddr("nonsense", ""))
 }

@@ -396,7 +396,7 @@ func runLoad(ctx context.Context, c config) error {
 		return err
 	}
 	if c.downstream == downstreamGRPC {
-		if downstreamURL, _, err = serveGRPCDownstream(ctx, grpcListenAddr(c.listen), c.trust, otel.GetTracerProvider(), down); err != nil {
+		if downstreamURL, _, err = serveGRPCDownstream(ctx, grpcListenAddr(c.listen, c.grpcListen), c.trust, otel.GetTracerProvider(), down); err != nil {
 			return err
 		}
 	}
@@ -429,7 +429,7 @@ func waitReady(ctx context.Context, url string, within time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("stopped while waiting for %s to answer: %w", url, errInterrupted)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

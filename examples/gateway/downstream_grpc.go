@@ -100,9 +100,12 @@ func serveGRPCDownstream(ctx context.Context, addr string, trust propagation.Tru
 	return "grpc://" + ln.Addr().String(), d, nil
 }
 
-// grpcListenAddr is where the load role's gRPC downstream listens: the host
-// of --listen, on a port of its own.
-func grpcListenAddr(listen string) string {
+// grpcListenAddr is where the load role's gRPC downstream listens:
+// --grpc-listen, else the host of --listen, on a port of its own.
+func grpcListenAddr(listen, grpcListen string) string {
+	if grpcListen != "" {
+		return grpcListen
+	}
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		host = "127.0.0.1"

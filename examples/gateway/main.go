@@ -57,6 +57,7 @@ type config struct {
 	natsURL       string
 	store         string
 	listen        string
+	grpcListen    string // role load with --downstream=grpc: the gRPC downstream's address
 	ingressURL    string
 	platformURL   string
 	downstreamURL string
@@ -93,6 +94,9 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Print(helpText())
 	case errors.Is(err, errInterrupted):
+		if err != errInterrupted { // not after a summary, which says so: what was interrupted
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+		}
 		os.Exit(130) // as a shell reports a command ended by Ctrl-C
 	case errors.Is(err, errFailed):
 		os.Exit(1)
@@ -148,6 +152,7 @@ func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server or cluster URL; empty starts an embedded server (role all only)")
 	fs.StringVar(&c.store, "session-store", storeBaggage, "where workers keep a job's session: baggage (sessionwire), env (the original bug) or off (no session: routing from the job body)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address of this role's HTTP server (gateway: ingress; load: platforms and downstream)")
+	fs.StringVar(&c.grpcListen, "grpc-listen", "", "address of the gRPC downstream service (role load with --downstream=grpc; default: the host of --listen, a free port)")
 	fs.StringVar(&c.ingressURL, "ingress-url", "", "the gateway's URL (role load)")
 	fs.StringVar(&c.platformURL, "platform-url", "", "the chat platforms' base URL (role router)")
 	fs.StringVar(&c.downstreamURL, "downstream-url", "", "the downstream service's URL, http://… or grpc://host:port (role worker)")
