@@ -64,6 +64,15 @@ func run(brokers, topic string, conversations, messages int) error {
 		return fmt.Errorf("kafka producer: %w", err)
 	}
 	defer producer.Close()
+	// Say at once when no broker answers, rather than after every produce
+	// has waited out the run's 30 s.
+	pingCtx, cancelPing := context.WithTimeout(ctx, 10*time.Second)
+	err = producer.Ping(pingCtx)
+	cancelPing()
+	if err != nil {
+		return fmt.Errorf("cannot reach a Kafka broker at %s (%w); start one, or leave out -brokers for an in-process cluster",
+			strings.Join(seeds, ","), err)
+	}
 	for m := range messages {
 		for c := range conversations {
 			chat := fmt.Sprintf("chat-%d", c+1)
