@@ -229,11 +229,11 @@ func (rt *router) deliver(ctx context.Context, n notification) error {
 	}
 	resp, err := rt.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("deliver %s %s: %w", n.Kind, n.ID, err)
+		return fmt.Errorf("deliver %s %s to %s: %w", n.Kind, n.ID, n.Origin.Platform, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("deliver %s %s: the platform answered %s", n.Kind, n.ID, resp.Status)
+		return fmt.Errorf("deliver %s %s to %s: it answered %s", n.Kind, n.ID, n.Origin.Platform, resp.Status)
 	}
 	return nil
 }
