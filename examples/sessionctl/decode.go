@@ -21,19 +21,24 @@ import (
 func init() {
 	register("header", command{
 		summary: "decode baggage header lines and judge them as the inbound policy would",
-		usage: `usage: sessionctl [--json] header LINE [LINE...]
+		usage: `usage: sessionctl [--json] header (LINE [LINE...] | -)
 
 Decodes one or more baggage header lines (as copied from a request, a span or
 a log line) and prints every session field's state (unset, cleared, set) and
 value, then whether sessionwire's inbound policy, from a trusted peer, would
 accept the session, and why not. Exit status 0 only when it would be accepted.
 
-  sessionctl header 'session.platform=telegram,session.thread_id=%00,session.chat_id=-100123'`,
+A line may keep its header name ("baggage: ...", as curl -v prints it); "-"
+reads the lines from standard input.
+
+  sessionctl header 'session.platform=telegram,session.thread_id=%00,session.chat_id=-100123'
+  grep -o 'baggage: .*' request.log | sessionctl header -`,
 		run: func(e env) int {
-			if len(e.args) == 0 {
-				return e.usageError("header", "give at least one baggage header line")
+			lines, code, ok := e.inputLines("header", e.args)
+			if !ok {
+				return code
 			}
-			return e.print(decode("header", e.args, nil))
+			return e.print(decode("header", lines, nil))
 		},
 	})
 	register("env", command{
@@ -99,6 +104,20 @@ type report struct {
 	Accepted bool          `json:"accepted"`
 	Problems []string      `json:"problems,omitempty"` // why it is not accepted
 	Warnings []string      `json:"warnings,omitempty"` // disagreements that do not refuse it
+	Notes    []string      `json:"notes,omitempty"`    // how the input was read
+}
+
+// headerValues returns lines without the header names pasted with them
+// (headerValue), and a note for each line that had one.
+func headerValues(lines []string) (values, notes []string) {
+	values = make([]string, len(lines))
+	for i, l := range lines {
+		var named bool
+		if values[i], named = headerValue(l); named {
+			notes = append(notes, fmt.Sprintf("line %d: read as the value of its header (the name \"baggage:\" is not part of it)", i+1))
+		}
+	}
+	return values, notes
 }
 
 // lookupEnv adapts a lookup function to the fallback layer, so that the
@@ -112,6 +131,7 @@ func (l lookupEnv) Setenv(string, string) error {
 
 func decode(source string, lines []string, legacy func(string) (string, bool)) report {
 	r := report{Source: source}
+	lines, r.Notes = headerValues(lines)
 
 	// What the input holds, as the stock OTel parser reads it. The parser
 	// skips a member it cannot read and keeps the others; a line of which
@@ -300,6 +320,12 @@ func printTable(w io.Writer, r report) error {
 		fmt.Fprintln(w, "\nwarnings:")
 	}
 	for _, p := range r.Warnings {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w, "\nnotes:")
+	}
+	for _, p := range r.Notes {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
 	return nil

@@ -44,7 +44,7 @@ func main() {
 	// The policy reports refusals to the OTel error handler too; here they
 	// are the output itself, so the handler stays quiet.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.LookupEnv))
+	os.Exit(runWith(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
 }
 
 // env is what a subcommand runs with: its arguments after the subcommand's
@@ -52,6 +52,7 @@ func main() {
 type env struct {
 	args      []string
 	asJSON    bool
+	stdin     io.Reader // what "-" reads
 	stdout    io.Writer
 	stderr    io.Writer
 	lookupEnv func(string) (string, bool)
@@ -101,7 +102,12 @@ Exit status, the same for every command:
 	return b.String()
 }
 
+// run is runWith with nothing on standard input.
 func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	return runWith(args, strings.NewReader(""), stdout, stderr, lookupEnv)
+}
+
+func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	fs := flag.NewFlagSet("sessionctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
@@ -144,7 +150,60 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		}
 		return exitYes
 	}
-	return c.run(env{args: sub, asJSON: *asJSON, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv})
+	return c.run(env{args: sub, asJSON: *asJSON, stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv})
+}
+
+// maxInput bounds what "-" reads from standard input: far more than the W3C
+// limits allow a header (8192 bytes), so that a line too long is judged and
+// refused, not cut.
+const maxInput = 1 << 20
+
+// inputLines returns the header lines cmd judges: args, or, when args is
+// the single "-", the non-empty lines of standard input (a log's lines, a
+// header pasted from a request). ok is false, and the usage error printed,
+// when there is none.
+func (e env) inputLines(cmd string, args []string) (lines []string, code int, ok bool) {
+	if len(args) != 1 || args[0] != "-" {
+		if len(args) == 0 {
+			return nil, e.usageError(cmd, "give at least one baggage header line, or - to read them from standard input"), false
+		}
+		return args, 0, true
+	}
+	b, err := io.ReadAll(io.LimitReader(e.stdin, maxInput+1))
+	switch {
+	case err != nil:
+		return nil, e.usageError(cmd, "read standard input: %v", err), false
+	case len(b) > maxInput:
+		return nil, e.usageError(cmd, "standard input holds more than %d bytes; a baggage header holds at most 8192", maxInput), false
+	}
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimRight(line, "\r\n"); strings.TrimSpace(line) != "" {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 {
+		return nil, e.usageError(cmd, "standard input holds no line to judge"), false
+	}
+	return lines, 0, true
+}
+
+// headerValue returns the value of a header line pasted whole, with its
+// name ("baggage:", in any case) removed, and the marker curl -v puts before
+// the headers it sends or receives ("> ", "< "). A baggage key is a token,
+// which never holds a colon: no line a parser could read loses anything.
+// named reports whether there was a name to remove.
+func headerValue(line string) (value string, named bool) {
+	v := strings.TrimSpace(line)
+	if rest, ok := strings.CutPrefix(v, "> "); ok {
+		v = rest
+	} else if rest, ok := strings.CutPrefix(v, "< "); ok {
+		v = rest
+	}
+	const name = "baggage:"
+	if len(v) >= len(name) && strings.EqualFold(v[:len(name)], name) {
+		return strings.TrimSpace(v[len(name):]), true
+	}
+	return line, false
 }
 
 // usageError reports a wrong command line and returns exitUsage.

@@ -238,3 +238,38 @@ func TestREADMETableIsGenerated(t *testing.T) {
 	assert.Equal(t, fieldsMarkdown(), s[i+len(begin):j],
 		"README.md's wire-key table differs from the code's: replace it with the output of `go run ./examples/sessionctl fields --markdown`")
 }
+
+// A header line pasted with its name ("baggage:", as curl -v prints it) is
+// judged by its value: the name does not swallow the first member.
+func TestHeaderNameIsNotAMember(t *testing.T) {
+	for _, line := range []string{"baggage: session.platform=x,session.chat_id=1", "< Baggage:session.platform=x,session.chat_id=1"} {
+		code, out, _ := runCtl(t, noEnv, "--json", "header", line)
+		require.Equal(t, exitYes, code, line)
+		var r report
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		for _, f := range r.Fields {
+			if f.Key == "session.platform" {
+				assert.Equal(t, "set", f.State, line)
+			}
+		}
+		assert.Len(t, r.Notes, 1, line)
+		assert.Empty(t, r.Warnings, line)
+	}
+}
+
+// "-" reads the lines from standard input: every non-empty one is judged,
+// and input that holds none, or more than any header could, is refused as
+// a wrong command line.
+func TestHeaderReadsStandardInput(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := runWith([]string{"header", "-"}, strings.NewReader("session.platform=x\n\n  \nsession.chat_id=1\r\n"), &out, &errOut, noEnv)
+	require.Equal(t, exitYes, code, errOut.String())
+	assert.Contains(t, out.String(), "inbound policy: accepted")
+	for _, in := range []string{"", "\n \n", strings.Repeat("a", maxInput+1)} {
+		out.Reset()
+		errOut.Reset()
+		assert.Equal(t, exitUsage, runWith([]string{"header", "-"}, strings.NewReader(in), &out, &errOut, noEnv), "%.20q", in)
+		assert.Contains(t, errOut.String(), "standard input", "%.20q", in)
+		assert.Empty(t, out.String())
+	}
+}

@@ -18,7 +18,7 @@ import (
 )
 
 const verifyUsage = `usage: sessionctl [--json] verify (--key-file FILE | --key-env VARIABLE) [--key-id ID]
-                          [--message-id ID] [--max-age DURATION] LINE [LINE...]
+                          [--message-id ID] [--max-age DURATION] (LINE [LINE...] | -)
 
 Checks the signature (session.sig) of the session in one or more baggage
 header lines with a key, as a service that trusts no peer would, and shows the
@@ -67,6 +67,7 @@ type verifyReport struct {
 	Verified bool         `json:"verified"`
 	Reason   string       `json:"reason,omitempty"` // why not
 	Problems []string     `json:"problems,omitempty"`
+	Notes    []string     `json:"notes,omitempty"` // how the input was read
 }
 
 type coveredKey struct {
@@ -83,10 +84,9 @@ func runVerify(e env) int {
 	if err := fs.Parse(e.args); err != nil {
 		return e.usageError("verify", "%v", err)
 	}
-	lines := fs.Args()
 	switch {
-	case len(lines) == 0:
-		return e.usageError("verify", "give at least one baggage header line")
+	case len(fs.Args()) == 0:
+		return e.usageError("verify", "give at least one baggage header line, or - to read them from standard input")
 	case (*keyFile == "") == (*keyEnv == ""):
 		return e.usageError("verify", "give the key with exactly one of --key-file or --key-env")
 	case *maxAge <= 0:
@@ -109,7 +109,12 @@ func runVerify(e env) int {
 		secret = []byte(v)
 	}
 
+	lines, code, ok := e.inputLines("verify", fs.Args())
+	if !ok {
+		return code
+	}
 	r := verifyReport{MaxAge: maxAge.String(), MessageID: *messageID}
+	lines, r.Notes = headerValues(lines)
 	var members []baggage.Member
 	h := http.Header{}
 	for i, line := range lines {
@@ -256,10 +261,16 @@ func printVerify(e env, r verifyReport) {
 	fmt.Fprintln(w, "               other baggage members are not covered and may change freely")
 	if r.Verified {
 		fmt.Fprintln(w, "\nverified: a service that trusts no peer would accept this session")
-		return
+	} else {
+		fmt.Fprintf(w, "\nnot verified: %s\n", r.Reason)
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  - %s\n", p)
+		}
 	}
-	fmt.Fprintf(w, "\nnot verified: %s\n", r.Reason)
-	for _, p := range r.Problems {
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w, "\nnotes:")
+	}
+	for _, p := range r.Notes {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
 }

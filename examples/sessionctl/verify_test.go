@@ -139,3 +139,21 @@ func TestVerifyUsageErrors(t *testing.T) {
 		assert.NotEmpty(t, errOut.String(), name)
 	}
 }
+
+// A header pasted whole, from standard input, verifies as its value does.
+func TestVerifyReadsStandardInput(t *testing.T) {
+	env := func(k string) (string, bool) {
+		if k == "KEY" {
+			return testSecret, true
+		}
+		return "", false
+	}
+	good := signed(t, "2026-12", time.Now(), "")
+	var out, errOut bytes.Buffer
+	code := runWith([]string{"--json", "verify", "--key-env", "KEY", "-"}, strings.NewReader("> baggage: "+good+"\r\n"), &out, &errOut, env)
+	require.Equal(t, exitYes, code, errOut.String())
+	var r verifyReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	assert.True(t, r.Verified)
+	assert.Equal(t, []string{`line 1: read as the value of its header (the name "baggage:" is not part of it)`}, r.Notes)
+}
