@@ -136,9 +136,11 @@ func TestOfRun(t *testing.T) {
 	assert.True(t, ofRun("450899421000002", run))
 	assert.True(t, ofRun("450899421999999", run))
 	assert.False(t, ofRun("450899422000002", run), "another run's")
-	assert.False(t, ofRun("10000042", run), "an ID from a build before runs were numbered")
-	assert.True(t, ofRun("victim", run), "not a number plan makes: judged, and misrouted")
-	assert.True(t, ofRun("-5", run))
+	assert.False(t, ofRun("100000000000000", run), "the first message of the smallest run")
+	assert.False(t, ofRun("999999999999999", run), "the last message of the largest run")
+	for _, id := range []string{"victim", "-5", "5", "10000042", "1000000000000000"} {
+		assert.True(t, ofRun(id, run), "%s is no number plan makes: judged, and misrouted", id)
+	}
 }
 
 // The seed decides the load, the run its message IDs: two runs on one seed

@@ -191,7 +191,8 @@ func (p *platforms) reset(run uint64) {
 // misrouted.
 func ofRun(id string, run uint64) bool {
 	n, err := strconv.ParseUint(id, 10, 64)
-	return err != nil || n/runIDSpan == run
+	r := n / runIDSpan
+	return err != nil || r == run || r < minRun || r >= 10*minRun
 }
 
 func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
