@@ -37,6 +37,7 @@ type router struct {
 	client      *http.Client
 	inFlight    sync.Map // keys being delivered by this process
 	errs        onceLog
+	platforms   breakers // one per platform
 }
 
 func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStream, nc *nats.Conn, platformURL string, tp *sdktrace.TracerProvider) *router {
@@ -143,7 +144,10 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	if err := rt.deliver(ctx, n); err != nil {
+	if err := rt.platforms.of(n.Origin.Platform).call(func() error { return rt.deliver(ctx, n) }); err != nil {
+		if errors.Is(err, errNotCalled) {
+			err = fmt.Errorf("deliver %s %s to %s: %w", n.Kind, n.ID, n.Origin.Platform, err)
+		}
 		// A platform that is down fails every delivery to it the same way.
 		rt.errs.printAs("deliver: "+n.Origin.Platform, fmt.Errorf("%w (trying it again)", err))
 		_ = msg.NakWithDelay(retryAfter(msg))

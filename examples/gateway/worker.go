@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -55,6 +56,7 @@ type worker struct {
 	exec   execsession.Config
 	envMu  sync.Mutex // serialises whole-environment writes, as os.Setenv does; not the job
 	errs   onceLog    // failed work, once per kind
+	down   breaker    // the downstream service's
 }
 
 func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProvider) (*worker, error) {
@@ -185,6 +187,10 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 // work is one turn: a tool, a downstream call, the reply, maybe background work.
 func (w *worker) work(ctx context.Context, j job) error {
 	n := notification{Kind: "reply", ID: j.ID, Text: "done: " + j.Text}
+	if w.down.shut(time.Now()) {
+		// The turn could not finish: do not run its tool for nothing.
+		return fmt.Errorf("call downstream: %w", w.down.errShut())
+	}
 
 	toolCtx, span := w.tracer.Start(ctx, "run tool")
 	cmd := w.exec.Command(toolCtx, os.Args[0], "--role", "tool")
@@ -205,7 +211,12 @@ func (w *worker) work(ctx context.Context, j job) error {
 	if w.cfg.think > 0 {
 		time.Sleep(rand.N(w.cfg.think)) // the agent thinks; other jobs run meanwhile
 	}
-	if n.DownstreamSaw, err = w.callDownstream(ctx); err != nil {
+	if err := w.down.call(func() (err error) {
+		n.DownstreamSaw, err = w.callDownstream(ctx)
+		return err
+	}); errors.Is(err, errNotCalled) {
+		return fmt.Errorf("call downstream: %w", err)
+	} else if err != nil {
 		return err
 	}
 

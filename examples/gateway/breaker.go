@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// errNotCalled is the error of work whose call a breaker refused.
+var errNotCalled = errors.New("not called")
+
+// breakerTrips is how many calls in a row must fail before a breaker opens.
+const breakerTrips = 5
+
+// breaker stops a process from calling a service that keeps failing (the
+// downstream service, a chat platform). Work is retried per message
+// (retryAfter), but with many messages queued a worker turns to the next as
+// soon as one fails, so without a breaker a service that is down is called
+// as fast as work can fail. After breakerTrips failures in a row the
+// breaker opens: no call is made for a pause of 200 ms, doubling with each
+// failed probe to at most 5 s. When the pause is over, one call probes the
+// service while the others still wait; its success closes the breaker, its
+// failure opens it for the next pause. The work that was not called waits
+// for its next delivery, as work that failed does.
+type breaker struct {
+	mu       sync.Mutex
+	failures int       // in a row
+	until    time.Time // open until then
+	pause    time.Duration
+	probing  bool // a probe's call is under way
+}
+
+// shut reports whether a call now would be refused: the breaker is open and
+// its pause not over, or another call is probing. It takes nothing: work
+// can ask before doing what leads up to the call.
+func (b *breaker) shut(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failures >= breakerTrips && (b.probing || now.Before(b.until))
+}
+
+// allow reports whether a call may be made now, and whether it is the
+// probe. A caller that is allowed must report the call's outcome to done.
+func (b *breaker) allow(now time.Time) (probe, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.failures < breakerTrips:
+		return false, true
+	case b.probing || now.Before(b.until):
+		return false, false
+	}
+	b.probing = true
+	return true, true
+}
+
+// done records the outcome of a call allow allowed.
+func (b *breaker) done(probe bool, err error, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	if err == nil {
+		b.failures, b.pause, b.until = 0, 0, time.Time{}
+		return
+	}
+	b.failures++
+	// A failed probe, or a failure once the pause is over (a call made
+	// before the breaker opened), opens it for the next pause; the calls
+	// that fail during a pause were made before it and change nothing.
+	if b.failures >= breakerTrips && (probe || !now.Before(b.until)) {
+		b.pause = min(max(2*b.pause, 200*time.Millisecond), 5*time.Second)
+		b.until = now.Add(b.pause)
+	}
+}
+
+// errShut is the error of work whose call the breaker refused: the service
+// was not called (errNotCalled).
+func (b *breaker) errShut() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fmt.Errorf("%w: it failed %d times in a row (the next try within %v)", errNotCalled, b.failures, b.pause)
+}
+
+// call makes the call f unless the breaker refuses it.
+func (b *breaker) call(f func() error) error {
+	probe, ok := b.allow(time.Now())
+	if !ok {
+		return b.errShut()
+	}
+	err := f()
+	b.done(probe, err, time.Now())
+	return err
+}
+
+// breakers holds a breaker per service, made on first use.
+type breakers struct {
+	mu sync.Mutex
+	m  map[string]*breaker
+}
+
+func (bs *breakers) of(service string) *breaker {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.m == nil {
+		bs.m = map[string]*breaker{}
+	}
+	b := bs.m[service]
+	if b == nil {
+		b = &breaker{}
+		bs.m[service] = b
+	}
+	return b
+}
