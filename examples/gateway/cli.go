@@ -213,12 +213,12 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 }
 
 // validListen reports whether addr is an address to listen on: host:port,
-// the host possibly empty, the port a number (0: any free one).
+// the host possibly empty, the port a number of 16 bits (0: any free one).
 func validListen(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
-	n, err := strconv.ParseUint(port, 10, 16)
-	return err == nil && n <= 65535
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
 }

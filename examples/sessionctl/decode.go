@@ -316,17 +316,18 @@ func printTable(w io.Writer, r report) error {
 	if r.Source == "env" && !r.Accepted {
 		fmt.Fprintln(w, "  (the EFFECTIVE column shows what a read by legacy name falls back to: the environment's variables)")
 	}
-	if len(r.Warnings) > 0 {
-		fmt.Fprintln(w, "\nwarnings:")
-	}
-	for _, p := range r.Warnings {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	if len(r.Notes) > 0 {
-		fmt.Fprintln(w, "\nnotes:")
-	}
-	for _, p := range r.Notes {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
+	printSection(w, "warnings", r.Warnings)
+	printSection(w, "notes", r.Notes)
 	return nil
+}
+
+// printSection prints items under a title of their own, or nothing when
+// there are none.
+func printSection(w io.Writer, title string, items []string) {
+	if len(items) > 0 {
+		fmt.Fprintf(w, "\n%s:\n", title)
+	}
+	for _, p := range items {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
 }

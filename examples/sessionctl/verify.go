@@ -267,12 +267,7 @@ func printVerify(e env, r verifyReport) {
 			fmt.Fprintf(w, "  - %s\n", p)
 		}
 	}
-	if len(r.Notes) > 0 {
-		fmt.Fprintln(w, "\nnotes:")
-	}
-	for _, p := range r.Notes {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
+	printSection(w, "notes", r.Notes)
 }
 
 func orNone(s []string) string {
