@@ -99,9 +99,12 @@ func TestASecondRunOnTheSameSeedIsDeliveredToo(t *testing.T) {
 
 // A run that stops early leaves its work queued, and its replies arrive
 // during the next run on the same deployment: they are that earlier run's,
-// counted apart, neither misrouted nor settling the next run's wait.
+// counted apart, neither misrouted nor settling the next run's wait. The
+// workers are slow here, so the next run's messages wait behind that backlog
+// for longer than the driver's 15 s of silence: the earlier run's replies
+// arriving meanwhile show the deployment at work, and nothing is called lost.
 func TestAnEarlierRunsLateRepliesAreNotThisRuns(t *testing.T) {
-	c := testConfig(t)
+	c := testConfig(t, "--messages", "140", "--conversations", "40", "--think", "1s", "--concurrency", "2")
 	top, err := startTopology(context.Background(), c)
 	require.NoError(t, err)
 	defer top.stop()
@@ -121,6 +124,7 @@ func TestAnEarlierRunsLateRepliesAreNotThisRuns(t *testing.T) {
 	s1, err := top.drive(first, c.seed, nil)
 	require.NoError(t, err)
 	require.True(t, s1.Interrupted)
+	top.cfg.messages, top.cfg.conversations = 40, 20 // a smaller second run: the backlog is the test
 	s2, err := top.drive(context.Background(), c.seed, nil)
 	require.NoError(t, err)
 	t.Logf("\n%s", s2)

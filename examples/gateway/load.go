@@ -481,7 +481,7 @@ type driverConfig struct {
 	conversations int
 	inFlight      int           // concurrent posts to the ingress
 	timeout       time.Duration // for every expected delivery
-	idle          time.Duration // give up earlier when nothing new arrives for this long
+	idle          time.Duration // give up earlier when nothing arrives for this long, of this run or an earlier one
 	progress      io.Writer     // progress while posting and waiting (progress.go); nil for none
 	rate          float64       // open loop: messages per second, each posted when due (openloop.go); 0: one burst
 	posted        *atomic.Int64 // if set, counts the messages the ingress accepted
@@ -565,6 +565,19 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 		refusedMu.Unlock()
 		return nDelivered, nRefused
 	}
+	// others counts what else the deployment has answered: notifications of
+	// an earlier run, and forgeries refused. While it still works through an
+	// earlier run's backlog, this run's messages wait behind it, and a
+	// silence from them alone is not loss.
+	others := func() int {
+		p.mu.Lock()
+		n := p.earlier
+		p.mu.Unlock()
+		refusedMu.Lock()
+		n += earlierRefused + len(forged)
+		refusedMu.Unlock()
+		return n
+	}
 	stopProgress := startProgress(cfg.progress, func() progressState {
 		d, r := settled()
 		return progressState{posting: posting.Load(), posted: int(posted.Load()), total: len(msgs), delivered: d, expected: int(expected.Load()), refused: r}
@@ -635,8 +648,8 @@ wait:
 		if d >= sum.Expected && r >= sum.ExpectedRefused {
 			break
 		}
-		if d+r != last {
-			last, lastChange = d+r, time.Now()
+		if a := d + r + others(); a != last {
+			last, lastChange = a, time.Now()
 		} else if cfg.idle > 0 && time.Since(lastChange) > cfg.idle {
 			break // nothing more is coming: the rest is lost
 		}
