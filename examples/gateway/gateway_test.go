@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -384,9 +385,10 @@ func TestForgedJobsAreRefused(t *testing.T) {
 	} {
 		id := fmt.Sprint("forged-", i)
 		s := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: "victim", MessageID: id}
-		body, _ := json.Marshal(job{ID: id, Text: "send me their replies", Route: s})
+		key := messageKey(s.Platform, s.ScopeID, s.ChatID, id) // the forger knows the form
+		body, _ := json.Marshal(job{ID: id, Key: key, Text: "send me their replies", Route: s})
 		msg := &nats.Msg{Subject: jobsSubject + "telegram", Data: body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, "job-"+id)
+		msg.Header.Set(jetstream.MsgIDHeader, "job-"+key)
 		_, err := pub.PublishJetStream(otelsession.Bind(context.Background(), s), js, msg)
 		require.NoError(t, err)
 		select {
@@ -702,4 +704,78 @@ func TestOnceLogCountsWhatItDoesNotPrint(t *testing.T) {
 	l.printed["job: call downstream"] = time.Now().Add(-31 * time.Second)
 	l.printAs("job: call downstream", errors.New("job 7: call downstream: it answered 503"))
 	assert.Equal(t, "worker: job 7: call downstream: it answered 503 [and 4 more like it since the last such line]\n", out.String())
+}
+
+// Platforms number messages per chat, not globally: Telegram's message_id and
+// Slack's ts are unique only within their chat, so two chats post the same
+// id all the time. Each message is still queued, answered and delivered to
+// its own chat; and an id with characters a NATS key cannot hold (Discord's
+// are digits, but the ingress takes any valid session value) is delivered
+// like any other, not retried for ever.
+func TestMessageIDsAreUniqueOnlyWithinTheirChat(t *testing.T) {
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+
+	posts := []struct{ platform, body, chat string }{
+		{"telegram", `{"message_id":7,"chat":{"id":-1001},"from":{"id":1},"text":"hi"}`, "-1001"},
+		{"telegram", `{"message_id":7,"chat":{"id":-1002},"from":{"id":2},"text":"hi"}`, "-1002"},
+		{"slack", `{"team":"T1","channel":"C1","ts":"1700000000.000100","user":"U1","text":"hi"}`, "C1"},
+		{"slack", `{"team":"T1","channel":"C2","ts":"1700000000.000100","user":"U2","text":"hi"}`, "C2"},
+		{"slack", `{"team":"T2","channel":"C1","ts":"1700000000.000100","user":"U3","text":"hi"}`, "C1"},
+		{"discord", `{"id":"a b/ä","guild_id":"G1","channel_id":"D1","author":{"id":"u1"},"content":"hi"}`, "D1"},
+	}
+	for _, p := range posts {
+		resp, err := http.Post(top.cfg.ingressURL+"/v1/"+p.platform+"/messages", "application/json", strings.NewReader(p.body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s %s", p.platform, p.body)
+	}
+	want := map[string]int{} // deliveries by platform/scope/chat
+	for _, p := range posts {
+		var scope struct {
+			Team    string `json:"team"`
+			GuildID string `json:"guild_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(p.body), &scope))
+		want[p.platform+"/"+scope.Team+scope.GuildID+"/"+p.chat]++
+	}
+	got := func() map[string]int {
+		top.p.mu.Lock()
+		defer top.p.mu.Unlock()
+		m := map[string]int{}
+		for _, d := range top.p.deliveries {
+			m[d.Platform+"/"+d.Origin.ScopeID+"/"+d.Origin.ChatID]++
+		}
+		return m
+	}
+	assert.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, got()) }, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, want, got(), "one reply in each chat")
+}
+
+// A message key tells apart what the message id alone does not, stays the
+// same for the same message, and always has the form validKey accepts.
+func TestMessageKey(t *testing.T) {
+	seen := map[string]string{}
+	for _, m := range [][4]string{
+		{"telegram", "", "-1001", "7"},
+		{"telegram", "", "-1002", "7"},
+		{"slack", "T1", "C1", "1700000000.000100"},
+		{"slack", "T2", "C1", "1700000000.000100"},
+		{"slack", "T1", "C11", "700000000.000100"}, // the same characters, cut elsewhere
+		{"discord", "G1", "D1", "a b/ä"},
+		{"api_server", "", "r-1", "r-1"},
+	} {
+		k := messageKey(m[0], m[1], m[2], m[3])
+		assert.True(t, validKey(k), "%v: %q", m, k)
+		assert.Equal(t, k, messageKey(m[0], m[1], m[2], m[3]), "the same message, the same key")
+		if other, dup := seen[k]; dup {
+			t.Errorf("%v and %s share the key %s", m, other, k)
+		}
+		seen[k] = fmt.Sprint(m)
+	}
+	for _, bad := range []string{"", "7", "job-7", strings.Repeat("A", 32), strings.Repeat("g", 32), strings.Repeat("a", 33)} {
+		assert.False(t, validKey(bad), "%q", bad)
+	}
 }

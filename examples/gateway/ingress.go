@@ -114,7 +114,11 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		return s, j, fmt.Errorf("%s message without an id", platform)
 	}
 	j.Route = s
-	return s, j, s.Validate()
+	if err := s.Validate(); err != nil {
+		return s, j, err
+	}
+	j.Key = messageKey(s.Platform, s.ScopeID, s.ChatID, j.ID)
+	return s, j, nil
 }
 
 // ingressDeadline bounds how long the ingress retries queueing a message
@@ -142,7 +146,7 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 			return
 		}
 		msg := &nats.Msg{Subject: jobsSubject + platform, Data: body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, "job-"+j.ID) // a retried post is queued once
+		msg.Header.Set(jetstream.MsgIDHeader, "job-"+j.Key) // a retried post is queued once
 		// Retried with the same id while a leader is elected after a node
 		// loss, within the poster's patience (the load driver waits 10 s).
 		if err := retry(ctx, ingressDeadline, func(ctx context.Context) error {

@@ -103,6 +103,13 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_ = msg.Term() // never delivered, never redelivered
 		return
 	}
+	if !validKey(n.Key) {
+		// Its delivery could not be recorded, so it could not be told from
+		// a redelivery: refused rather than risk showing it twice.
+		rt.refuse(n, fmt.Sprintf("no message key (%q)", n.Key))
+		_ = msg.Term()
+		return
+	}
 	// The delivering span belongs to the conversation; a completion links
 	// back to the turn that promised it.
 	opts := []trace.SpanStartOption{}
@@ -112,7 +119,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 	ctx, span := rt.tracer.Start(ctx, "deliver "+n.Kind, opts...)
 	defer span.End()
 
-	key := n.Kind + "." + n.ID
+	key := n.Kind + "." + n.Key
 	if _, busy := rt.inFlight.LoadOrStore(key, struct{}{}); busy {
 		_ = msg.NakWithDelay(time.Second) // the same notification is being delivered right now
 		return
@@ -161,7 +168,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_, err := rt.kv.Put(ctx, key, []byte("1"))
 		return err
 	}); err != nil {
-		fmt.Fprintln(os.Stderr, "router: record the delivery of", key+":", err, "(it will be redelivered)")
+		fmt.Fprintf(os.Stderr, "router: record the delivery of %s %s (%s): %v (it will be redelivered)\n", n.Kind, n.ID, key, err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -172,8 +179,8 @@ func (rt *router) handle(msg jetstream.Msg) {
 }
 
 // idempotencyKey names one delivery for the platform, from the job's message
-// id: a platform that honours it shows a delivery sent twice only once.
-func idempotencyKey(n notification) string { return n.Kind + "-" + n.ID }
+// key: a platform that honours it shows a delivery sent twice only once.
+func idempotencyKey(n notification) string { return n.Kind + "-" + n.Key }
 
 // platformPost is what the router posts. Discord's create-message call takes
 // the key as `nonce` and, with `enforce_nonce`, returns the message already

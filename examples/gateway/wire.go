@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,10 +30,44 @@ const (
 	refusedSubject = "gw.events.refused"
 )
 
+// messageKey names one chat message across the deployment: the hash of its
+// platform, scope, chat and the platform's message id. The id alone would
+// not do: Telegram numbers messages per chat and a Slack ts is unique within
+// its channel, so two chats send the same id all the time, and anything
+// keyed by it (JetStream's duplicate window, the router's delivery records,
+// a platform's idempotency key) would take the second message for the first
+// and drop it. The hash is also a name that a Nats-Msg-Id, a key-value key
+// and an HTTP header can all hold, whatever characters the id has. The
+// fields are valid session values, which hold no NUL, so the separators
+// keep them apart.
+func messageKey(platform, scope, chat, id string) string {
+	h := sha256.New()
+	for _, f := range [...]string{platform, scope, chat, id} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// validKey reports whether k has messageKey's form: a notification that
+// names its message otherwise cannot be recorded as delivered.
+func validKey(k string) bool {
+	if len(k) != 32 {
+		return false
+	}
+	for _, c := range k {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // job is a queued chat message: what the platform sent, normalised. The
 // session travels beside it, in the message headers, not in it.
 type job struct {
-	ID         string `json:"id"` // unique message id, the reply anchor
+	ID         string `json:"id"`  // the platform's message id, the reply anchor: unique only within its chat
+	Key        string `json:"key"` // the message across the deployment: messageKey, set by the ingress
 	Text       string `json:"text"`
 	Background bool   `json:"background"` // the user asked for work that completes later
 	// The routing fields, repeated here only for --propagation=off (the
@@ -44,6 +80,7 @@ type job struct {
 // it.
 type backgroundJob struct {
 	ID     string             `json:"id"`
+	Key    string             `json:"key"` // the job's messageKey
 	Origin otelsession.Origin `json:"origin"`
 }
 
@@ -51,6 +88,7 @@ type backgroundJob struct {
 type notification struct {
 	Kind          string             `json:"kind"` // "reply" or "completion"
 	ID            string             `json:"id"`   // the message it answers, from the job itself
+	Key           string             `json:"key"`  // that message's messageKey: what the delivery is recorded by
 	Origin        otelsession.Origin `json:"origin"`
 	Text          string             `json:"text"`
 	ToolSaw       string             `json:"tool_saw,omitempty"`       // thread the child process read

@@ -162,6 +162,12 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if !validKey(j.Key) {
+		// Not from this gateway's ingress: its reply could not be recorded.
+		fmt.Fprintf(os.Stderr, "worker: dropping job %q: it has no message key (%q)\n", j.ID, j.Key)
+		_ = msg.Term()
+		return
+	}
 	// Every job starts from a fresh context: Reset, extract, inbound policy.
 	ctx, span, err := w.cons.ExtractJetStream(context.Background(), msg)
 	defer span.End()
@@ -186,7 +192,7 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 
 // work is one turn: a tool, a downstream call, the reply, maybe background work.
 func (w *worker) work(ctx context.Context, j job) error {
-	n := notification{Kind: "reply", ID: j.ID, Text: "done: " + j.Text}
+	n := notification{Kind: "reply", ID: j.ID, Key: j.Key, Text: "done: " + j.Text}
 	if w.down.shut(time.Now()) {
 		// The turn could not finish: do not run its tool for nothing.
 		return fmt.Errorf("call downstream: %w", w.down.errShut())
@@ -225,9 +231,9 @@ func (w *worker) work(ctx context.Context, j job) error {
 		if w.asyncSupported(ctx, j) {
 			// The stored origin goes with the work; in baggage mode the session
 			// goes beside it, signed, and is what the completion is routed by.
-			b, _ := json.Marshal(backgroundJob{ID: j.ID, Origin: n.Origin})
+			b, _ := json.Marshal(backgroundJob{ID: j.ID, Key: j.Key, Origin: n.Origin})
 			msg := &nats.Msg{Subject: bgSubject + n.Origin.Platform, Data: b, Header: nats.Header{}}
-			msg.Header.Set(jetstream.MsgIDHeader, "bg-"+j.ID)
+			msg.Header.Set(jetstream.MsgIDHeader, "bg-"+j.Key)
 			if err := w.publish(ctx, msg); err != nil {
 				return fmt.Errorf("queue background work: %w", err)
 			}
@@ -322,7 +328,7 @@ func (w *worker) notify(ctx context.Context, n notification) error {
 		return fmt.Errorf("encode the %s: %w", n.Kind, err)
 	}
 	msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: b, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, n.Kind+"-"+n.ID)
+	msg.Header.Set(jetstream.MsgIDHeader, n.Kind+"-"+n.Key)
 	if err := w.publish(ctx, msg); err != nil {
 		return fmt.Errorf("queue the %s: %w", n.Kind, err)
 	}
@@ -356,6 +362,11 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if !validKey(b.Key) {
+		fmt.Fprintf(os.Stderr, "worker: dropping background work %q: it has no message key (%q)\n", b.ID, b.Key)
+		_ = msg.Term()
+		return
+	}
 	var ctx context.Context
 	if w.cfg.store == storeBaggage {
 		// The session that came with the work, verified like a job's: the
@@ -377,7 +388,7 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 	if w.cfg.think > 0 {
 		time.Sleep(2 * rand.N(w.cfg.think)) // longer than a turn
 	}
-	n := notification{Kind: "completion", ID: b.ID, Origin: b.Origin, Text: "background result for " + b.ID}
+	n := notification{Kind: "completion", ID: b.ID, Key: b.Key, Origin: b.Origin, Text: "background result for " + b.ID}
 	if w.cfg.store == storeBaggage {
 		n.Origin = otelsession.OriginFrom(ctx) // what the signed session says
 		n.Origin.TraceParent, n.Origin.TraceState = b.Origin.TraceParent, b.Origin.TraceState
