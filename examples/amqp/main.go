@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
@@ -30,11 +32,31 @@ import (
 
 func main() {
 	url := flag.String("amqp", "amqp://guest:guest@127.0.0.1:5672/", "URL of a RabbitMQ broker")
-	flag.Parse()
+	exampleflag.Parse("amqp", `Shows a session crossing RabbitMQ: conversations publish messages with
+amqp091-go, each bound to its own session, with publisher confirms, and a
+worker consumes them with manual acks, handling each in exactly that
+message's session. It needs a running broker (Debian: apt-get install
+rabbitmq-server); it declares an exchange and an exclusive queue of its own,
+both gone when it ends. It prints what the worker saw for every message; exit
+status 1 if any message was handled in the wrong session.`,
+		"amqp",
+		"amqp -amqp amqp://user:password@rabbit.internal:5672/vhost")
+	if _, err := amqp.ParseURI(*url); err != nil {
+		exampleflag.Fail("amqp", "-amqp %s is not a RabbitMQ URL: %v", redact(*url), err)
+	}
 	if err := run(*url, 4, 3); err != nil {
 		fmt.Fprintln(os.Stderr, "amqp:", err)
 		os.Exit(1)
 	}
+}
+
+// redact hides a URL's password, which errors and logs must not show.
+func redact(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func run(url string, conversations, messages int) error {
@@ -43,8 +65,14 @@ func run(url string, conversations, messages int) error {
 	otel.SetTextMapPropagator(otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{}))
 
 	conn, err := amqp.Dial(url)
-	if err != nil {
-		return fmt.Errorf("cannot connect to a RabbitMQ broker at %s (%w); start one (Debian: apt-get install rabbitmq-server) or pass its URL with -amqp", url, err)
+	var refused *amqp.Error
+	switch {
+	case errors.As(err, &refused) && refused.Code == amqp.AccessRefused:
+		return fmt.Errorf("the RabbitMQ broker at %s refused the user name or password (%w); pass the right ones in the -amqp URL", redact(url), err)
+	case errors.As(err, &refused):
+		return fmt.Errorf("the RabbitMQ broker at %s refused the connection: %w", redact(url), err)
+	case err != nil:
+		return fmt.Errorf("cannot connect to a RabbitMQ broker at %s (%w); start one (Debian: apt-get install rabbitmq-server) or pass its URL with -amqp", redact(url), err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()

@@ -29,12 +29,19 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/httpsession"
 )
 
 func main() {
+	exampleflag.Parse("httpsession", `Shows a chat session crossing HTTP, and where it stops. It starts two servers
+on 127.0.0.1: "notify", an internal service that trusts loopback peers, and
+"thirdparty", an outside API that prints the headers it gets. A gateway binds
+a session and calls both through one http.Client that may send the session to
+notify only; then a forged request shows a refusal. It prints what each server
+received. Exit status 1 if the session went anywhere it must not.`, "httpsession")
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "httpsession:", err)
 		os.Exit(1)

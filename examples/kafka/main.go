@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
@@ -32,19 +33,51 @@ import (
 func main() {
 	brokers := flag.String("brokers", "", "comma-separated Kafka brokers (default: an in-process kfake cluster)")
 	topic := flag.String("topic", "chat-in", "topic to produce to and consume from")
-	flag.Parse()
-	if err := run(*brokers, *topic, 4, 3); err != nil {
+	exampleflag.Parse("kafka", `Shows a session crossing Kafka: conversations produce records with franz-go,
+each bound to its own session, and a consumer-group worker handles each
+record in exactly that record's session. With no -brokers it runs franz-go's
+in-process cluster (kfake) on 127.0.0.1. It prints what the worker saw for
+every record; exit status 1 if any record was handled in the wrong session.`,
+		"kafka",
+		"kafka -brokers 127.0.0.1:9092 -topic sessionwire-demo")
+	if !validTopic(*topic) {
+		exampleflag.Fail("kafka", "-topic %q is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'; not '.' or '..')", *topic)
+	}
+	var seeds []string
+	for b := range strings.SplitSeq(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			seeds = append(seeds, b)
+		}
+	}
+	if *brokers != "" && len(seeds) == 0 {
+		exampleflag.Fail("kafka", "-brokers %q names no broker (host:port, comma-separated)", *brokers)
+	}
+	if err := run(seeds, *topic, 4, 3); err != nil {
 		fmt.Fprintln(os.Stderr, "kafka:", err)
 		os.Exit(1)
 	}
 }
 
-func run(brokers, topic string, conversations, messages int) error {
+// validTopic is Kafka's rule for a topic name.
+func validTopic(t string) bool {
+	if t == "" || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// run produces and consumes on the brokers given, or on an in-process
+// cluster when seeds is empty.
+func run(seeds []string, topic string, conversations, messages int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	otel.SetTextMapPropagator(otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{}))
-	seeds := strings.Split(brokers, ",")
-	if brokers == "" {
+	if len(seeds) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 		if err != nil {
 			return fmt.Errorf("start the in-process Kafka cluster: %w", err)

@@ -9,7 +9,7 @@ import (
 // The example, as a user runs it, against its in-process cluster: run fails
 // when any record is handled in the wrong session.
 func TestRun(t *testing.T) {
-	if err := run("", "chat-in", 3, 2); err != nil {
+	if err := run(nil, "chat-in", 3, 2); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -18,7 +18,7 @@ func TestRun(t *testing.T) {
 // than after every produce has waited out the run's 30 s.
 func TestRunWithoutBroker(t *testing.T) {
 	start := time.Now()
-	err := run("127.0.0.1:1", "chat-in", 1, 1)
+	err := run([]string{"127.0.0.1:1"}, "chat-in", 1, 1)
 	if err == nil {
 		t.Fatal("no error without a broker")
 	}
@@ -27,5 +27,20 @@ func TestRunWithoutBroker(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("the error took %v", d)
+	}
+}
+
+// A topic Kafka would refuse is a command-line mistake, caught before any
+// broker is dialled.
+func TestValidTopic(t *testing.T) {
+	for _, good := range []string{"chat-in", "sessionwire.demo_1", strings.Repeat("a", 249)} {
+		if !validTopic(good) {
+			t.Errorf("%q refused", good)
+		}
+	}
+	for _, bad := range []string{"", ".", "..", "chat in", "chat/in", "chät", strings.Repeat("a", 250)} {
+		if validTopic(bad) {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
@@ -44,10 +45,16 @@ func main() {
 	messages := flag.Int("messages", 4, "messages per conversation")
 	workers := flag.Int("workers", 3, "consuming workers")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
-	flag.Parse()
+	exampleflag.Parse("natsqueue", `Shows a session crossing a NATS JetStream queue. It starts an embedded NATS
+server on 127.0.0.1 (its store in a temporary directory, removed at exit);
+conversations publish messages concurrently, each in its own session, and a
+pool of workers consumes them. For every message it prints the session the
+worker saw and whether it is the one the message was published with. Exit
+status 1 if any message was handled with the wrong session.`,
+		"natsqueue",
+		"natsqueue -conversations 20 -messages 10 -workers 8")
 	if *conversations < 1 || *messages < 1 || *workers < 1 || *timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "natsqueue: -conversations, -messages and -workers must be at least 1, -timeout positive")
-		os.Exit(2)
+		exampleflag.Fail("natsqueue", "-conversations, -messages and -workers must be at least 1, -timeout positive")
 	}
 	os.Exit(run(*conversations, *messages, *workers, *timeout))
 }

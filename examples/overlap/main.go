@@ -24,16 +24,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
 
 func main() {
 	messages := flag.Int("messages", 500, "concurrent messages to handle")
 	work := flag.Duration("work", 20*time.Millisecond, "longest simulated agent work per message")
-	flag.Parse()
+	exampleflag.Parse("overlap", `Replays, in one process, the bug sessionwire exists to fix: concurrent
+message handlers each bind their chat thread, work a while, then notify
+"their" thread. It runs the load twice, with the session kept in the process
+environment (the old way) and in the context (otelsession), and prints how
+many notifications each store delivered to the right thread and how many it
+misrouted. Exit status 1 if the context store misroutes any.`,
+		"overlap                  500 messages, both stores side by side",
+		"overlap -messages 2000   more load")
 	if *messages < 1 || *work <= 0 {
-		fmt.Fprintln(os.Stderr, "overlap: -messages must be at least 1 and -work positive")
-		os.Exit(2)
+		exampleflag.Fail("overlap", "-messages must be at least 1 and -work positive")
 	}
 
 	fmt.Printf("%d concurrent messages, up to %v of work each\n\n", *messages, *work)

@@ -28,6 +28,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
 )
@@ -54,6 +55,13 @@ func main() {
 		}
 		return
 	}
+	exampleflag.Parse("subprocess", `Shows a session crossing into child processes. It plays a gateway handling
+several chat messages at once; each binds its own session and runs a tool as
+a child process (this program again), which reads its session twice: with
+execsession.FromEnvironment, and with plain os.Getenv as a script would. It
+prints, per message, the thread each way, and whether the tool had the
+message's trace and working directory. Exit status 1 if any tool saw the
+wrong session.`, "subprocess")
 	if err := gateway(); err != nil {
 		fmt.Fprintln(os.Stderr, "subprocess example:", err)
 		os.Exit(1)

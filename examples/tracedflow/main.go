@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
+	"github.com/sessionwire/sessionwire/examples/internal/exampleflag"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation/execsession"
 )
@@ -47,10 +48,18 @@ func main() {
 		os.Exit(runTool(os.Stdout))
 	}
 	conversations := flag.Int("conversations", 3, "concurrent conversations, one message each")
-	flag.Parse()
+	exampleflag.Parse("tracedflow", `Follows chat messages through every boundary sessionwire crosses, with the
+session on every span: an HTTP ingress, a NATS JetStream queue, a worker that
+runs a tool as a child process and calls a downstream service over HTTP and
+gRPC, and a router that delivers the reply and a later background completion
+to the message's own thread. It prints the deliveries and a count of spans by
+service; with OTEL_EXPORTER_OTLP_ENDPOINT set it sends the spans there instead
+(see collector-config/README.md to follow one message in Jaeger). Exit status
+1 if any delivery reached the wrong thread or never arrived.`,
+		"tracedflow",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 tracedflow -conversations 5")
 	if *conversations < 1 || *conversations > 1000 {
-		fmt.Fprintln(os.Stderr, "tracedflow: -conversations must be between 1 and 1000")
-		os.Exit(2)
+		exampleflag.Fail("tracedflow", "-conversations must be between 1 and 1000")
 	}
 	sum := &demotrace.Summary{}
 	res, err := run(context.Background(), *conversations, sum)
