@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -777,5 +779,35 @@ func TestMessageKey(t *testing.T) {
 	}
 	for _, bad := range []string{"", "7", "job-7", strings.Repeat("A", 32), strings.Repeat("g", 32), strings.Repeat("a", 33)} {
 		assert.False(t, validKey(bad), "%q", bad)
+	}
+}
+
+// What the ingress cannot take it answers with a 4xx that says why, and
+// queues nothing: a platform does not retry a 4xx, and a bad message must
+// not become a job. (No NATS here: a refused message never reaches it.)
+func TestIngressRefusesBadMessages(t *testing.T) {
+	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, nil)
+	for _, c := range []struct {
+		platform, body string
+		code           int
+		says           string
+	}{
+		{"telegram", `{"message_id":`, http.StatusBadRequest, "decode a telegram update"},
+		{"telegram", `[1,2]`, http.StatusBadRequest, "decode a telegram update"},
+		{"telegram", `{"chat":{"id":5}}`, http.StatusBadRequest, "telegram message without an id"},
+		{"telegram", `{"message_id":0,"chat":{"id":5}}`, http.StatusBadRequest, "telegram message without an id"}, // Telegram's ids start at 1
+		{"telegram", `{"message_id":7}`, http.StatusBadRequest, "telegram message without a chat"},
+		{"slack", `{"team":"T","ts":"1.2"}`, http.StatusBadRequest, "slack message without a chat"},
+		{"discord", `{"guild_id":"G","channel_id":"C"}`, http.StatusBadRequest, "discord message without an id"},
+		{"slack", `{"channel":"C\u0001","ts":"1.2"}`, http.StatusBadRequest, "session.chat_id"},
+		{"slack", `{"channel":"C","ts":"` + strings.Repeat("9", 513) + `"}`, http.StatusBadRequest, "session.message_id"},
+		{"api", `{"request_id":"r\ufffd"}`, http.StatusBadRequest, "session.chat_id"},
+		{"telegram", `{"message_id":1,"text":"` + strings.Repeat("x", maxMessageBytes) + `"}`, http.StatusRequestEntityTooLarge, "too large"},
+		{"irc", `{}`, http.StatusNotFound, `unknown platform "irc"`},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/"+c.platform+"/messages", strings.NewReader(c.body)))
+		assert.Equal(t, c.code, rec.Code, "%s %.60s: %s", c.platform, c.body, rec.Body)
+		assert.Contains(t, rec.Body.String(), c.says, "%s %.60s", c.platform, c.body)
 	}
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,9 +64,23 @@ type (
 	}
 )
 
+// nonZero is a Telegram id as text, or "" for a missing one (0).
+func nonZero(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return strconv.FormatInt(id, 10)
+}
+
+// errUnknownPlatform: the path names no platform the ingress knows.
+var errUnknownPlatform = errors.New("unknown platform")
+
+// maxMessageBytes bounds a message's body.
+const maxMessageBytes = 64 << 10
+
 // normalise decodes a platform's message into a session and a job.
 func normalise(platform string, r *http.Request) (otelsession.Session, job, error) {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxMessageBytes))
 	var s otelsession.Session
 	var j job
 	switch platform {
@@ -73,8 +89,9 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		if err := dec.Decode(&m); err != nil {
 			return s, j, fmt.Errorf("decode a telegram update: %w", err)
 		}
-		s = otelsession.Session{Platform: "telegram", ChatID: fmt.Sprint(m.Chat.ID), ChatType: "supergroup",
-			UserID: fmt.Sprint(m.From.ID), UserName: m.From.FirstName, MessageID: fmt.Sprint(m.MessageID)}
+		// Telegram's ids are never 0: a 0 is a field the update lacked.
+		s = otelsession.Session{Platform: "telegram", ChatID: nonZero(m.Chat.ID), ChatType: "supergroup",
+			UserID: nonZero(m.From.ID), UserName: m.From.FirstName, MessageID: nonZero(m.MessageID)}
 		if m.MessageThreadID != 0 {
 			s.ThreadID = fmt.Sprint(m.MessageThreadID)
 		}
@@ -106,12 +123,15 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		s = otelsession.Session{Platform: "api_server", ChatID: m.RequestID, UserID: m.User, MessageID: m.RequestID, Stateless: true}
 		j = job{ID: m.RequestID, Text: m.Input, Background: m.Background}
 	default:
-		return s, j, fmt.Errorf("unknown platform %q (want telegram, discord, slack or api)", platform)
+		return s, j, fmt.Errorf("%w %q (want telegram, discord, slack or api)", errUnknownPlatform, platform)
 	}
 	s.SessionKey = strings.Join([]string{"agent", "main", s.Platform, s.ChatID, s.ThreadID}, ":")
 	s.Source = "gateway"
-	if j.ID == "" {
+	switch {
+	case j.ID == "":
 		return s, j, fmt.Errorf("%s message without an id", platform)
+	case s.ChatID == "":
+		return s, j, fmt.Errorf("%s message without a chat", platform)
 	}
 	j.Route = s
 	if err := s.Validate(); err != nil {
@@ -133,7 +153,17 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 		platform := r.PathValue("platform")
 		s, j, err := normalise(platform, r)
 		if err != nil {
-			http.Error(w, "gateway: "+err.Error(), http.StatusBadRequest)
+			// Nothing is queued. A platform retries a 5xx, never a 4xx: the
+			// same message would be refused again.
+			code := http.StatusBadRequest
+			var tooLarge *http.MaxBytesError
+			switch {
+			case errors.Is(err, errUnknownPlatform):
+				code = http.StatusNotFound
+			case errors.As(err, &tooLarge):
+				code = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "gateway: "+err.Error(), code)
 			return
 		}
 		// A request never inherits a session: Reset, then bind this one.
