@@ -351,7 +351,7 @@ func runRole(ctx context.Context, c config) error {
 		return err
 	}
 	// The first line says the role is ready (and where), for whoever started it.
-	fmt.Printf("ready %s %s\n", c.role, url)
+	fmt.Println(strings.TrimSpace("ready " + c.role + " " + url))
 	select {
 	case <-ctx.Done():
 		if c.role != "gateway" {
