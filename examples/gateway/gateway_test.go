@@ -151,23 +151,43 @@ func TestOfRun(t *testing.T) {
 }
 
 // The seed decides the load, the run its message IDs: two runs on one seed
-// send the same conversations and kinds of message, under IDs that no other
-// message of either run has, each a number Telegram's int64 and any JSON
-// reader (exact to 2^53) hold.
+// send the same conversations and kinds of message, and no message of
+// either run has another's key (its platform, scope, chat and ID). Telegram
+// chats and Slack channels number their own messages, so their IDs repeat
+// across chats, as the platforms' do; each ID is a number Telegram's int64
+// and any JSON reader (exact to 2^53) hold.
 func TestPlanNumbersEachRunAnew(t *testing.T) {
 	a, b := plan(500, 40, 7, minRun), plan(500, 40, 7, 10*minRun-1)
-	seen := map[string]bool{}
+	keys := map[string]bool{}
+	inChat := map[string]bool{} // platform/chat/id
+	chatsOf := map[string]map[string]bool{}
 	for i := range a {
 		assert.Equal(t, a[i].conv, b[i].conv)
 		assert.Equal(t, a[i].background, b[i].background)
 		for _, m := range []message{a[i], b[i]} {
-			assert.False(t, seen[m.id], "message ID %s sent twice", m.id)
-			seen[m.id] = true
+			assert.False(t, keys[m.key()], "message %s in %s sent twice", m.id, m.conv.chat)
+			keys[m.key()] = true
+			where := m.conv.platform + "/" + m.conv.chat + "/" + m.id
+			assert.False(t, inChat[where], "ID %s twice in one chat", where)
+			inChat[where] = true
+			if chatsOf[m.conv.platform+"/"+m.id] == nil {
+				chatsOf[m.conv.platform+"/"+m.id] = map[string]bool{}
+			}
+			chatsOf[m.conv.platform+"/"+m.id][m.conv.chat] = true
 			n, err := strconv.ParseInt(m.id, 10, 64)
 			require.NoError(t, err)
 			assert.Less(t, n, int64(1)<<53, m.id)
 		}
 	}
+	for id, chats := range chatsOf {
+		p, _, _ := strings.Cut(id, "/")
+		if p == "discord" || p == "api" {
+			assert.Len(t, chats, 1, "%s: Discord's and the API's IDs are unique across chats", id)
+		}
+	}
+	first := fmt.Sprint(minRun * runIDSpan)
+	assert.Greater(t, len(chatsOf["telegram/"+first]), 1, "Telegram chats share their first message's ID")
+	assert.Greater(t, len(chatsOf["slack/"+first]), 1, "Slack channels share their first message's ts")
 	last := plan(maxMessages, 1, 1, 10*minRun-1)[maxMessages-1]
 	n, err := strconv.ParseInt(last.id, 10, 64)
 	require.NoError(t, err)

@@ -103,7 +103,12 @@ func newRun() uint64 { return minRun + rand.Uint64N(9*minRun) }
 // plan builds n messages over conv conversations, interleaved: every
 // conversation has messages in flight at once. The seed decides the
 // conversations and which message goes to which; run (newRun) numbers the
-// messages, so that no two runs send one message ID.
+// messages, so that no two runs send one message ID. Telegram numbers the
+// messages of each chat, and a Slack ts is unique only within its channel,
+// so there every chat counts from the run's first number: two chats send
+// the same ID all the time, and each message is told apart by its chat, as
+// the gateway must. Discord's IDs and the API's request IDs are unique
+// across chats, and so are theirs.
 func plan(n, conv int, seed, run uint64) []message {
 	r := rand.New(rand.NewPCG(seed, 1))
 	platforms := []string{"telegram", "discord", "slack", "api"}
@@ -123,14 +128,31 @@ func plan(n, conv int, seed, run uint64) []message {
 		convs[i] = c
 	}
 	msgs := make([]message, n)
+	inChat := map[string]uint64{} // Telegram's and Slack's next number, by chat
 	for i := range msgs {
 		c := convs[r.IntN(conv)]
 		if c.platform != "telegram" && c.platform != "api" && r.IntN(50) == 0 {
 			c.noScope = true // about 2% of scoped messages lose their scope on the way in
 		}
-		msgs[i] = message{id: fmt.Sprint(run*runIDSpan + uint64(i)), conv: c, background: r.IntN(4) == 0}
+		seq := uint64(i)
+		if c.platform == "telegram" || c.platform == "slack" {
+			seq = inChat[c.platform+"/"+c.chat]
+			inChat[c.platform+"/"+c.chat]++
+		}
+		msgs[i] = message{id: fmt.Sprint(run*runIDSpan + seq), conv: c, background: r.IntN(4) == 0}
 	}
 	return msgs
+}
+
+// key is the message's messageKey, as the ingress makes it from what the
+// driver posts: the judge finds a delivery's message by it, the only name
+// that is the message's alone.
+func (m message) key() string {
+	platform, chat, _, _, _, scope := m.route()
+	if m.conv.noScope {
+		scope = ""
+	}
+	return messageKey(platform, scope, chat, m.id)
 }
 
 // platforms stands in for the chat APIs: it records what it is sent. Like
@@ -494,10 +516,12 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 	run := newRun()
 	p.reset(run)
 	msgs := plan(cfg.messages, cfg.conversations, cfg.seed, run)
-	byID := make(map[string]*message, len(msgs))
+	byKey := make(map[string]*message, len(msgs))
+	keys := make([]string, len(msgs))
 	sum := summary{Sent: len(msgs), Conversations: cfg.conversations}
 	for i := range msgs {
-		byID[msgs[i].id] = &msgs[i]
+		keys[i] = msgs[i].key()
+		byKey[keys[i]] = &msgs[i]
 		r, c := msgs[i].expected()
 		if r {
 			sum.Expected++
@@ -526,7 +550,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 			case !ofRun(r.ID, run):
 				earlierRefused++
 			default:
-				refused[r.Kind+"."+r.ID] = true
+				refused[r.Kind+"."+r.Key] = true
 			}
 			refusedMu.Unlock()
 		}
@@ -679,13 +703,13 @@ wait:
 	seen := map[string]int{}
 	var replyLat, complLat []float64
 	for _, d := range p.deliveries {
-		m, ok := byID[d.ID]
-		if !ok {
-			sum.Misrouted++
+		m, ok := byKey[d.Key]
+		if !ok || m.id != d.ID {
+			sum.Misrouted++ // no message of this run, or a key moved onto another message's id
 			continue
 		}
 		sum.Delivered++
-		key := d.Kind + "." + d.ID
+		key := d.Kind + "." + d.Key
 		if seen[key]++; seen[key] > 1 {
 			sum.Duplicates++
 			continue
@@ -723,10 +747,10 @@ wait:
 			continue
 		}
 		r, c := msgs[i].expected()
-		if r && seen["reply."+msgs[i].id] == 0 && !refused["reply."+msgs[i].id] {
+		if r && seen["reply."+keys[i]] == 0 && !refused["reply."+keys[i]] {
 			sum.Lost++
 		}
-		if c && seen["completion."+msgs[i].id] == 0 && !refused["completion."+msgs[i].id] {
+		if c && seen["completion."+keys[i]] == 0 && !refused["completion."+keys[i]] {
 			sum.Lost++
 		}
 	}

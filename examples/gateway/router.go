@@ -250,14 +250,14 @@ func (rt *router) deliver(ctx context.Context, n notification) error {
 }
 
 func (rt *router) refuse(n notification, reason string) {
-	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason})
+	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Key: n.Key, Reason: reason})
 }
 
 // refuseForged reports a notification whose session did not verify. It is
 // counted apart from the expected refusals: its kind and id are whatever the
 // forger wrote.
 func (rt *router) refuseForged(n notification, reason string) {
-	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Reason: reason, Forged: true})
+	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Key: n.Key, Reason: reason, Forged: true})
 }
 
 func (rt *router) publishRefusal(r refusal) {

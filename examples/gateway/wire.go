@@ -107,6 +107,7 @@ type delivery struct {
 type refusal struct {
 	Kind   string `json:"kind"`
 	ID     string `json:"id"`
+	Key    string `json:"key"` // the message's key, when the notification had one
 	Reason string `json:"reason"`
 	Forged bool   `json:"forged,omitempty"` // its session did not verify; kind and id are the sender's word
 }
