@@ -831,3 +831,32 @@ func TestIngressRefusesBadMessages(t *testing.T) {
 		assert.Contains(t, rec.Body.String(), c.says, "%s %.60s", c.platform, c.body)
 	}
 }
+
+// headerMsg is a JetStream message with headers and nothing else.
+type headerMsg struct {
+	jetstream.Msg
+	h nats.Header
+}
+
+func (m headerMsg) Headers() nats.Header { return m.h }
+
+// A body's key counts only when it is the one its Nats-Msg-Id, which the
+// session's signature covers, was queued under.
+func TestKeyedAs(t *testing.T) {
+	k := messageKey("telegram", "", "-1001", "7")
+	other := messageKey("telegram", "", "-1002", "7")
+	with := func(id string) headerMsg {
+		h := nats.Header{}
+		if id != "" {
+			h.Set(jetstream.MsgIDHeader, id)
+		}
+		return headerMsg{h: h}
+	}
+	assert.True(t, keyedAs(with("job-"+k), "job-", k))
+	assert.True(t, keyedAs(with("reply-"+k), "reply-", k))
+	assert.False(t, keyedAs(with("job-"+k), "job-", other), "a body key other than the queued one")
+	assert.False(t, keyedAs(with("reply-"+k), "completion-", k), "another kind's id")
+	assert.False(t, keyedAs(with(""), "job-", k), "no Nats-Msg-Id")
+	assert.False(t, keyedAs(headerMsg{}, "job-", k), "no headers at all")
+	assert.False(t, keyedAs(with("job-7"), "job-", "7"), "an id where a key belongs")
+}

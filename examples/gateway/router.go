@@ -103,10 +103,10 @@ func (rt *router) handle(msg jetstream.Msg) {
 		_ = msg.Term() // never delivered, never redelivered
 		return
 	}
-	if !validKey(n.Key) {
-		// Its delivery could not be recorded, so it could not be told from
-		// a redelivery: refused rather than risk showing it twice.
-		rt.refuse(n, fmt.Sprintf("no message key (%q)", n.Key))
+	if !keyedAs(msg, n.Kind+"-", n.Key) {
+		// Its delivery could not be recorded, or not under the key it was
+		// queued (and signed) for: refused rather than risk showing it twice.
+		rt.refuse(n, fmt.Sprintf("message key %q malformed or not the one it was queued under", n.Key))
 		_ = msg.Term()
 		return
 	}

@@ -49,6 +49,16 @@ func messageKey(platform, scope, chat, id string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// keyedAs reports whether a message's body key k is well formed and is the
+// one its Nats-Msg-Id (prefix + key) was queued under. The body is anybody's
+// to write, but the Nats-Msg-Id is covered by the session's signature: a
+// genuine message replayed with another key in its body would otherwise
+// slip past JetStream's duplicate window and the router's records, and be
+// shown twice.
+func keyedAs(msg jetstream.Msg, prefix, k string) bool {
+	return validKey(k) && msg.Headers().Get(jetstream.MsgIDHeader) == prefix+k
+}
+
 // validKey reports whether k has messageKey's form: a notification that
 // names its message otherwise cannot be recorded as delivered.
 func validKey(k string) bool {

@@ -162,9 +162,9 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	if !validKey(j.Key) {
+	if !keyedAs(msg, "job-", j.Key) {
 		// Not from this gateway's ingress: its reply could not be recorded.
-		fmt.Fprintf(os.Stderr, "worker: dropping job %q: it has no message key (%q)\n", j.ID, j.Key)
+		fmt.Fprintf(os.Stderr, "worker: dropping job %q: its message key %q is malformed or not the one it was queued under\n", j.ID, j.Key)
 		_ = msg.Term()
 		return
 	}
@@ -362,8 +362,8 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	if !validKey(b.Key) {
-		fmt.Fprintf(os.Stderr, "worker: dropping background work %q: it has no message key (%q)\n", b.ID, b.Key)
+	if !keyedAs(msg, "bg-", b.Key) {
+		fmt.Fprintf(os.Stderr, "worker: dropping background work %q: its message key %q is malformed or not the one it was queued under\n", b.ID, b.Key)
 		_ = msg.Term()
 		return
 	}
