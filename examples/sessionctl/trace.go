@@ -127,13 +127,14 @@ func (c *traceConfig) runChecked(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var traces []jTrace
+	var left []string // Jaeger's own services, not searched
 	var err error
 	if c.file != "" {
 		traces, err = readSaved(c.file)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		traces, err = (&jaegerClient{base: strings.TrimRight(c.jaeger, "/"), http: &http.Client{Timeout: 30 * time.Second}}).find(ctx, *c)
+		traces, left, err = (&jaegerClient{base: strings.TrimRight(c.jaeger, "/"), http: &http.Client{Timeout: 30 * time.Second}}).find(ctx, *c)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sessionctl trace:", err)
@@ -144,6 +145,9 @@ func (c *traceConfig) runChecked(args []string, stdout, stderr io.Writer) int {
 		ex = ex.only(c.filter())
 	}
 	ex.Query = c.describe()
+	if len(left) > 0 {
+		ex.Query += fmt.Sprintf(" (not Jaeger's own traces, of service %s: --service names the services to search)", strings.Join(left, ", "))
+	}
 	if c.html != "" {
 		if err := writeHTMLFile(c.html, ex); err != nil {
 			fmt.Fprintln(stderr, "sessionctl trace:", err)
@@ -369,21 +373,35 @@ func (j *jaegerClient) get(ctx context.Context, path string, q url.Values, out a
 
 var errNotFound = errors.New("not found")
 
+// jaegerOwn are the service names Jaeger traces its own work under (v2, and
+// v1's query service and all-in-one). Jaeger traces every query it answers,
+// so after one search its own traces, which carry no session, would be
+// flagged by the next.
+var jaegerOwn = map[string]bool{"jaeger": true, "jaeger-query": true, "jaeger-all-in-one": true, "jaeger-collector": true}
+
 // find reads the traces the flags select from every service (a trace found
 // through two services is read once), then the turns that the completions
-// among them link to, when the search did not return them.
-func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error) {
+// among them link to, when the search did not return them. With no
+// --service it searches every service Jaeger knows but Jaeger's own, and
+// returns those it left out.
+func (j *jaegerClient) find(ctx context.Context, c traceConfig) (_ []jTrace, left []string, _ error) {
 	services := c.services
 	if len(services) == 0 {
 		var body struct {
 			Data []string `json:"data"`
 		}
 		if err := j.get(ctx, "/api/services", nil, &body); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		services = body.Data
+		for _, s := range body.Data {
+			if jaegerOwn[s] {
+				left = append(left, s)
+			} else {
+				services = append(services, s)
+			}
+		}
 		if len(services) == 0 {
-			return nil, fmt.Errorf("no service is known to Jaeger at %s yet: no spans have reached it", j.base)
+			return nil, nil, fmt.Errorf("no service is known to Jaeger at %s yet but its own: no application's spans have reached it", j.base)
 		}
 	}
 	end := time.Now()
@@ -410,7 +428,7 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 		q.Set("service", s)
 		var ts []jTrace
 		if err := j.get(ctx, "/api/traces", q, &ts); err != nil {
-			return nil, fmt.Errorf("search the traces of service %s: %w", s, err)
+			return nil, nil, fmt.Errorf("search the traces of service %s: %w", s, err)
 		}
 		add(ts)
 	}
@@ -434,7 +452,7 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 					continue
 				}
 				if err != nil {
-					return nil, fmt.Errorf("read linked trace %s: %w", r.TraceID, err)
+					return nil, nil, fmt.Errorf("read linked trace %s: %w", r.TraceID, err)
 				}
 				add(ts)
 			}
@@ -446,7 +464,7 @@ func (j *jaegerClient) find(ctx context.Context, c traceConfig) ([]jTrace, error
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out, left, nil
 }
 
 // --- The exploration ---

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -337,4 +341,49 @@ func textOf(ex *Exploration) string {
 	var b bytes.Buffer
 	printExploration(&b, ex)
 	return b.String()
+}
+
+// Jaeger traces every query it answers, under its own service: after one
+// search, the next would find those traces, which carry no session, and
+// flag them. Unless --service says otherwise, Jaeger's own service is left
+// out, and the output says so.
+func TestJaegerOwnTracesAreLeftOut(t *testing.T) {
+	gateway, err := os.ReadFile(fixtureBaggage)
+	require.NoError(t, err)
+	own := `{"data":[{"traceID":"0123456789abcdef0123456789abcdef","spans":[{"traceID":"0123456789abcdef0123456789abcdef",
+		"spanID":"0123456789abcdef","operationName":"/api/traces","startTime":1796301000000000,"duration":300,"processID":"p1"}],
+		"processes":{"p1":{"serviceName":"jaeger"}}}]}`
+	var mu sync.Mutex
+	searched := map[string]bool{}
+	jaeger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/api/services":
+			io.WriteString(w, `{"data":["gateway-gateway","gateway-router","gateway-worker","jaeger"]}`)
+		case r.URL.Path == "/api/traces" && r.URL.Query().Get("service") == "jaeger":
+			mu.Lock()
+			searched["jaeger"] = true
+			mu.Unlock()
+			io.WriteString(w, own)
+		case r.URL.Path == "/api/traces":
+			w.Write(gateway)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer jaeger.Close()
+
+	var out, errOut bytes.Buffer
+	code := run([]string{"trace", "--jaeger", jaeger.URL, "--check"}, &out, &errOut, noEnv)
+	assert.Equal(t, 0, code, "%s%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "not Jaeger's own traces, of service jaeger")
+	assert.NotContains(t, out.String(), "no-session")
+	assert.False(t, searched["jaeger"], "Jaeger's own service was searched")
+
+	// Named, it is searched, and its sessionless trace flagged.
+	out.Reset()
+	errOut.Reset()
+	code = run([]string{"trace", "--jaeger", jaeger.URL, "--service", "gateway-gateway,jaeger", "--check"}, &out, &errOut, noEnv)
+	assert.Equal(t, 1, code, "%s%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "no-session")
+	assert.NotContains(t, out.String(), "not Jaeger's own traces")
 }
