@@ -148,7 +148,7 @@ func parseFlags(args []string) (config, error) {
 func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and --help are printed by main, once
-	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway, worker, router, load (tool and nats-node are internal)")
+	fs.StringVar(&c.role, "role", "all", "what this process runs: all, gateway (the ingress: POST /v1/{telegram,discord,slack,api}/messages, see the README), worker, router, load (tool and nats-node are internal)")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server or cluster URL; empty starts an embedded server (role all only)")
 	fs.StringVar(&c.store, "session-store", storeBaggage, "where workers keep a job's session: baggage (sessionwire), env (the original bug) or off (no session: routing from the job body)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "address of this role's HTTP server (gateway: ingress; load: platforms and downstream)")
