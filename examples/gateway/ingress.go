@@ -91,10 +91,8 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		}
 		// Telegram's ids are never 0: a 0 is a field the update lacked.
 		s = otelsession.Session{Platform: "telegram", ChatID: nonZero(m.Chat.ID), ChatType: "supergroup",
-			UserID: nonZero(m.From.ID), UserName: m.From.FirstName, MessageID: nonZero(m.MessageID)}
-		if m.MessageThreadID != 0 {
-			s.ThreadID = fmt.Sprint(m.MessageThreadID)
-		}
+			UserID: nonZero(m.From.ID), UserName: m.From.FirstName, MessageID: nonZero(m.MessageID),
+			ThreadID: nonZero(m.MessageThreadID)} // a forum topic, if any
 		j = job{ID: s.MessageID, Text: m.Text, Background: m.Background}
 	case "discord":
 		var m discordMessage
