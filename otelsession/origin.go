@@ -23,8 +23,13 @@ import (
 // browser-control fields), which must not leave the process, nor display
 // names, which routing never needs.
 type Origin struct {
-	Platform     string `json:"platform"`
-	ChatID       string `json:"chat_id"`
+	Platform string `json:"platform"`
+	ChatID   string `json:"chat_id"`
+	// ChatType tells a direct message ("dm") from a group or channel. A
+	// scoped platform's reply needs its tenant: a channel's is its ScopeID,
+	// and a direct message, which has no scope (a Discord DM has no guild),
+	// resolves it from its user binding, UserID.
+	ChatType     string `json:"chat_type,omitempty"`
 	ThreadID     string `json:"thread_id,omitempty"`
 	ParentChatID string `json:"parent_chat_id,omitempty"`
 	MessageID    string `json:"message_id,omitempty"` // the reply anchor
@@ -45,7 +50,7 @@ var ErrInvalidOrigin = errors.New("invalid routing origin")
 func OriginFrom(ctx context.Context) Origin {
 	get := func(f Field) string { v, _ := Lookup(ctx, f); return v }
 	o := Origin{
-		Platform: get(FieldPlatform), ChatID: get(FieldChatID), ThreadID: get(FieldThreadID),
+		Platform: get(FieldPlatform), ChatID: get(FieldChatID), ChatType: get(FieldChatType), ThreadID: get(FieldThreadID),
 		ParentChatID: get(FieldParentChatID), MessageID: get(FieldMessageID), ScopeID: get(FieldScopeID),
 		UserID: get(FieldUserID), SessionKey: get(FieldSessionKey),
 	}
@@ -121,7 +126,7 @@ func (o Origin) Bind(ctx context.Context) context.Context {
 // session is the session o.Bind binds.
 func (o Origin) session() Session {
 	return Session{
-		Platform: o.Platform, ChatID: o.ChatID, ThreadID: o.ThreadID, ParentChatID: o.ParentChatID,
+		Platform: o.Platform, ChatID: o.ChatID, ChatType: o.ChatType, ThreadID: o.ThreadID, ParentChatID: o.ParentChatID,
 		MessageID: o.MessageID, ScopeID: o.ScopeID, UserID: o.UserID, SessionKey: o.SessionKey,
 	}
 }

@@ -39,6 +39,8 @@ func FuzzOriginUnmarshal(f *testing.F) {
 		`{"platform":"telegram","chat_id":"\ud800"}`,
 		`{"platform":"tele\u2028gram","chat_id":"1\r\n2"}`,
 		`{"platform":7,"chat_id":"1"}`,
+		`{"platform":"discord","chat_id":"D1","chat_type":"dm","user_id":"u1"}`,
+		`{"platform":"discord","chat_id":"D1","chat_type":"` + strings.Repeat("d", 65) + `"}`,
 		`null`,
 		`[]`,
 		`{"platform":"telegram","chat_id":"` + strings.Repeat("x", 513) + `"}`,

@@ -27,6 +27,7 @@ func TestOriginRoundTrip(t *testing.T) {
 	assert.Equal(t, "17585", o.ThreadID)
 	assert.Equal(t, "88121", o.MessageID)
 	assert.Equal(t, "guild-998877", o.ScopeID)
+	assert.Equal(t, "group", o.ChatType, "a direct message is told from a channel by it")
 
 	data, err := json.Marshal(o)
 	require.NoError(t, err)
