@@ -206,6 +206,16 @@ func TestEnvironmentStoreMisroutes(t *testing.T) {
 	assert.False(t, s.ok())
 }
 
+// A delivery the router refused, though the message was sent with all it
+// needs, never reaches its chat: the run fails, and says why.
+func TestAWrongRefusalFailsTheRun(t *testing.T) {
+	s := summary{Sent: 1, Expected: 1, Refused: 1, WronglyRefused: 1,
+		FirstWrongRefusal: "reply 7: scoped platform without a scope"}
+	assert.False(t, s.ok())
+	assert.Contains(t, s.String(), "refused wrongly      1")
+	assert.Contains(t, s.String(), "the first: reply 7: scoped platform without a scope")
+}
+
 // The flags are checked before anything starts.
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{

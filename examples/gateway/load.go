@@ -267,6 +267,8 @@ type summary struct {
 	Misrouted          int     `json:"misrouted"`
 	Refused            int     `json:"refused"`
 	ExpectedRefused    int     `json:"expected_refusals"`
+	WronglyRefused     int     `json:"refused_wrongly"` // refused, though they had to be delivered: as good as lost
+	FirstWrongRefusal  string  `json:"first_wrong_refusal,omitempty"`
 	ForgedRefused      int     `json:"forged_refused"` // notifications whose session did not verify, never delivered
 	NotPosted          int     `json:"not_posted"`     // the ingress refused them until the driver gave up
 	PostedAgain        int     `json:"posted_again"`   // posted more than once: the ingress refused a post, or was not there
@@ -328,7 +330,7 @@ func outOfTimeAt(limit, sinceLast time.Duration, pace []paceSample, remaining in
 }
 
 func (s summary) ok() bool {
-	return s.Misrouted == 0 && s.Lost == 0 && s.Duplicates == 0 && s.NotPosted == 0 && !s.Interrupted
+	return s.Misrouted == 0 && s.Lost == 0 && s.WronglyRefused == 0 && s.Duplicates == 0 && s.NotPosted == 0 && !s.Interrupted
 }
 
 func (s summary) String() string {
@@ -378,6 +380,10 @@ func (s summary) notes() string {
 	if f := s.Fault; f != nil {
 		fmt.Fprintf(&b, "fault                %s at %.1f s: first delivery %.0f ms after it, longest pause %.0f ms; "+
 			"%.0f deliveries/s before, %.0f after\n", f.What, f.AtSeconds, f.FirstDeliveryMs, f.LongestPauseMs, f.RateBefore, f.RateAfter)
+	}
+	if s.WronglyRefused > 0 {
+		fmt.Fprintf(&b, "refused wrongly      %d   (replies and completions the router refused, though it had to deliver them;\n"+
+			"                     the first: %s)\n", s.WronglyRefused, s.FirstWrongRefusal)
 	}
 	if s.EarlierRuns > 0 {
 		fmt.Fprintf(&b, "earlier runs         %d   (replies and completions for messages an earlier run sent, left queued when it ended;\n"+
@@ -537,7 +543,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 		}
 	}
 	var refusedMu sync.Mutex
-	refused := map[string]bool{}
+	refused := map[string]string{} // kind.key: the router's reason
 	forged := map[string]bool{}
 	earlierRefused := 0
 	sub, err := nc.Subscribe(refusedSubject, func(m *nats.Msg) {
@@ -550,7 +556,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 			case !ofRun(r.ID, run):
 				earlierRefused++
 			default:
-				refused[r.Kind+"."+r.Key] = true
+				refused[r.Kind+"."+r.Key] = r.Reason
 			}
 			refusedMu.Unlock()
 		}
@@ -747,11 +753,22 @@ wait:
 			continue
 		}
 		r, c := msgs[i].expected()
-		if r && seen["reply."+keys[i]] == 0 && !refused["reply."+keys[i]] {
-			sum.Lost++
-		}
-		if c && seen["completion."+keys[i]] == 0 && !refused["completion."+keys[i]] {
-			sum.Lost++
+		for _, k := range [...]struct {
+			kind string
+			want bool
+		}{{"reply.", r}, {"completion.", c}} {
+			kind, want := k.kind, k.want
+			key := kind + keys[i]
+			why, wasRefused := refused[key]
+			switch {
+			case !want || seen[key] > 0:
+			case wasRefused:
+				if sum.WronglyRefused++; sum.FirstWrongRefusal == "" {
+					sum.FirstWrongRefusal = fmt.Sprintf("%s %s: %s", strings.TrimSuffix(kind, "."), msgs[i].id, why)
+				}
+			default:
+				sum.Lost++
+			}
 		}
 	}
 	sum.Misrouted += sum.BrokenPromises
