@@ -786,6 +786,65 @@ func TestMessageIDsAreUniqueOnlyWithinTheirChat(t *testing.T) {
 	assert.Equal(t, want, got(), "one reply in each chat")
 }
 
+// A direct message has no scope: Discord sends one without a guild. Its
+// reply and its completion go out for its user, like the original's "scope_id
+// (or a user binding)"; a guild thread that arrives without its guild is
+// still refused, never sent to a default tenant. Telegram's and Slack's own
+// kinds of chat name the session's chat type.
+func TestDirectMessagesGoToTheirUser(t *testing.T) {
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	var mu sync.Mutex
+	refused := map[string]string{} // kind.id: reason
+	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
+		var r refusal
+		if json.Unmarshal(m.Data, &r) == nil {
+			mu.Lock()
+			refused[r.Kind+"."+r.ID] = r.Reason
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, top.nc.Flush())
+
+	posts := []struct{ platform, body string }{
+		{"discord", `{"id":"900","channel_id":"DM1","author":{"id":"u7"},"content":"hi","background":true}`},
+		{"discord", `{"id":"901","channel_id":"T9","parent_id":"C9","author":{"id":"u7"},"content":"hi"}`}, // a thread without its guild
+		{"telegram", `{"message_id":5,"chat":{"id":555,"type":"private"},"from":{"id":555},"text":"hi"}`},
+		{"slack", `{"team":"T1","channel":"D01","channel_type":"im","ts":"1700000000.000200","user":"U1","text":"hi"}`},
+		{"slack", `{"team":"T1","channel":"C01","channel_type":"group","ts":"1700000000.000300","user":"U1","text":"hi"}`},
+	}
+	for _, p := range posts {
+		resp, err := http.Post(top.cfg.ingressURL+"/v1/"+p.platform+"/messages", "application/json", strings.NewReader(p.body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s %s", p.platform, p.body)
+	}
+	want := map[string]string{ // kind platform/chat: chat type, user, scope
+		"reply discord/DM1":      "dm u7 ",
+		"completion discord/DM1": "dm u7 ",
+		"reply telegram/555":     "dm 555 ",
+		"reply slack/D01":        "dm U1 T1",
+		"reply slack/C01":        "channel U1 T1",
+	}
+	got := func() map[string]string {
+		top.p.mu.Lock()
+		defer top.p.mu.Unlock()
+		m := map[string]string{}
+		for _, d := range top.p.deliveries {
+			m[d.Kind+" "+d.Platform+"/"+d.Origin.ChatID] = d.Origin.ChatType + " " + d.Origin.UserID + " " + d.Origin.ScopeID
+		}
+		return m
+	}
+	reason := func() string { mu.Lock(); defer mu.Unlock(); return refused["reply.901"] }
+	assert.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, got()) && reason() != "" }, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, want, got(), "every direct message answered, for its user; the guild-less thread not at all")
+	assert.Contains(t, reason(), "without a scope")
+}
+
 // A message key tells apart what the message id alone does not, stays the
 // same for the same message, and always has the form validKey accepts.
 func TestMessageKey(t *testing.T) {

@@ -23,7 +23,8 @@ type (
 	telegramUpdate struct {
 		MessageID int64 `json:"message_id"`
 		Chat      struct {
-			ID int64 `json:"id"`
+			ID   int64  `json:"id"`
+			Type string `json:"type"` // private, group, supergroup or channel
 		} `json:"chat"`
 		MessageThreadID int64 `json:"message_thread_id,omitempty"` // a forum topic
 		From            struct {
@@ -35,7 +36,7 @@ type (
 	}
 	discordMessage struct {
 		ID        string `json:"id"`
-		GuildID   string `json:"guild_id"`            // the scope
+		GuildID   string `json:"guild_id,omitempty"`  // the scope; a direct message has none
 		ChannelID string `json:"channel_id"`          // a thread is a channel…
 		ParentID  string `json:"parent_id,omitempty"` // …under a parent channel
 		Author    struct {
@@ -46,13 +47,14 @@ type (
 		Background bool   `json:"background,omitempty"`
 	}
 	slackEvent struct {
-		Team       string `json:"team"` // the workspace: the scope
-		Channel    string `json:"channel"`
-		ThreadTS   string `json:"thread_ts,omitempty"`
-		TS         string `json:"ts"` // the message: the reply anchor
-		User       string `json:"user"`
-		Text       string `json:"text"`
-		Background bool   `json:"background,omitempty"`
+		Team        string `json:"team"` // the workspace: the scope
+		Channel     string `json:"channel"`
+		ChannelType string `json:"channel_type,omitempty"` // channel, group (private), im or mpim
+		ThreadTS    string `json:"thread_ts,omitempty"`
+		TS          string `json:"ts"` // the message: the reply anchor
+		User        string `json:"user"`
+		Text        string `json:"text"`
+		Background  bool   `json:"background,omitempty"`
 	}
 	// An API-server request: a finite, stateless channel. It cannot receive
 	// a completion after its request ends.
@@ -72,6 +74,14 @@ func nonZero(id int64) string {
 	return strconv.FormatInt(id, 10)
 }
 
+// telegramChats and slackChannels name a platform's kind of chat in the
+// session's words: "dm" for a direct message (whose reply a scoped platform
+// posts for its user, having no scope), "group" or "channel".
+var (
+	telegramChats = map[string]string{"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
+	slackChannels = map[string]string{"im": "dm", "mpim": "group", "channel": "channel", "group": "channel"} // a Slack "group" is a private channel
+)
+
 // errUnknownPlatform: the path names no platform the ingress knows.
 var errUnknownPlatform = errors.New("unknown platform")
 
@@ -90,7 +100,7 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 			return s, j, fmt.Errorf("decode a telegram update: %w", err)
 		}
 		// Telegram's ids are never 0: a 0 is a field the update lacked.
-		s = otelsession.Session{Platform: "telegram", ChatID: nonZero(m.Chat.ID), ChatType: "supergroup",
+		s = otelsession.Session{Platform: "telegram", ChatID: nonZero(m.Chat.ID), ChatType: telegramChats[m.Chat.Type],
 			UserID: nonZero(m.From.ID), UserName: m.From.FirstName, MessageID: nonZero(m.MessageID),
 			ThreadID: nonZero(m.MessageThreadID)} // a forum topic, if any
 		j = job{ID: s.MessageID, Text: m.Text, Background: m.Background}
@@ -101,8 +111,13 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		}
 		s = otelsession.Session{Platform: "discord", ScopeID: m.GuildID, ChatID: m.ChannelID, ParentChatID: m.ParentID,
 			ChatType: "channel", UserID: m.Author.ID, UserName: m.Author.Username, MessageID: m.ID}
-		if m.ParentID != "" {
+		switch {
+		case m.ParentID != "":
 			s.ChatType, s.ThreadID = "thread", m.ChannelID
+		case m.GuildID == "":
+			// Discord sends a direct message without a guild: its reply
+			// is posted for its user (the router's user binding).
+			s.ChatType = "dm"
 		}
 		j = job{ID: m.ID, Text: m.Content, Background: m.Background}
 	case "slack":
@@ -111,7 +126,7 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 			return s, j, fmt.Errorf("decode a slack event: %w", err)
 		}
 		s = otelsession.Session{Platform: "slack", ScopeID: m.Team, ChatID: m.Channel, ThreadID: m.ThreadTS,
-			ChatType: "channel", UserID: m.User, MessageID: m.TS}
+			ChatType: slackChannels[m.ChannelType], UserID: m.User, MessageID: m.TS}
 		j = job{ID: m.TS, Text: m.Text, Background: m.Background}
 	case "api":
 		var m apiRequest

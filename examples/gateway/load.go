@@ -26,6 +26,7 @@ type conversation struct {
 	platform                    string
 	chat, thread, parent, scope string
 	noScope                     bool // a scoped platform's message that lost its scope: must be refused
+	dm                          bool // a Discord direct message: no guild, delivered for its user
 }
 
 // message is one message the driver sends, and what must come of it.
@@ -65,23 +66,29 @@ func (m message) body() (string, any) {
 		fmt.Sscan(m.id, &u.MessageID)
 		fmt.Sscan(c.chat, &u.Chat.ID)
 		fmt.Sscan(c.thread, &u.MessageThreadID)
-		u.From.ID, u.From.FirstName, u.Text, u.Background = 4242, "Ada", "hi", m.background
+		u.Chat.Type, u.From.ID, u.From.FirstName, u.Text, u.Background = "supergroup", 4242, "Ada", "hi", m.background
 		return "telegram", u
 	case "discord":
 		d := discordMessage{ID: m.id, ChannelID: c.chat, ParentID: c.parent, Content: "hi", Background: m.background}
-		if !c.noScope {
+		if !c.noScope && !c.dm {
 			d.GuildID = c.scope
 		}
-		d.Author.ID, d.Author.Username = "u1", "grace"
+		d.Author.ID, d.Author.Username = m.user(), "grace"
 		return "discord", d
 	case "slack":
-		e := slackEvent{Channel: c.chat, ThreadTS: c.thread, TS: m.id, User: "U1", Text: "hi", Background: m.background}
+		e := slackEvent{Channel: c.chat, ChannelType: "channel", ThreadTS: c.thread, TS: m.id, User: m.user(), Text: "hi", Background: m.background}
 		if !c.noScope {
 			e.Team = c.scope
 		}
 		return "slack", e
 	}
-	return "api", apiRequest{RequestID: m.id, User: "svc", Input: "hi", Background: m.background}
+	return "api", apiRequest{RequestID: m.id, User: m.user(), Input: "hi", Background: m.background}
+}
+
+// user is who sends the message: a delivery must carry it, and a direct
+// message is delivered for it.
+func (m message) user() string {
+	return map[string]string{"telegram": "4242", "discord": "u1", "slack": "U1", "api": "svc"}[m.conv.platform]
 }
 
 // A run's message IDs are run*runIDSpan + i, the i-th message of run run,
@@ -108,7 +115,8 @@ func newRun() uint64 { return minRun + rand.Uint64N(9*minRun) }
 // so there every chat counts from the run's first number: two chats send
 // the same ID all the time, and each message is told apart by its chat, as
 // the gateway must. Discord's IDs and the API's request IDs are unique
-// across chats, and so are theirs.
+// across chats, and so are theirs. A third of the Discord conversations are
+// direct messages: no guild, so their replies go out on their user binding.
 func plan(n, conv int, seed, run uint64) []message {
 	r := rand.New(rand.NewPCG(seed, 1))
 	platforms := []string{"telegram", "discord", "slack", "api"}
@@ -120,6 +128,10 @@ func plan(n, conv int, seed, run uint64) []message {
 		case "telegram":
 			c.chat, c.thread = fmt.Sprint(-1001000000000-int64(i)), fmt.Sprint(100+i)
 		case "discord":
+			if (i/4)%3 == 2 { // a third of Discord's conversations are direct messages
+				c.dm, c.chat = true, fmt.Sprint("dm-", i)
+				break
+			}
 			c.scope, c.parent, c.chat = fmt.Sprint("guild-", i%7), fmt.Sprint("chan-", i), fmt.Sprint("thread-", i)
 			c.thread = c.chat
 		case "slack":
@@ -131,8 +143,8 @@ func plan(n, conv int, seed, run uint64) []message {
 	inChat := map[string]uint64{} // Telegram's and Slack's next number, by chat
 	for i := range msgs {
 		c := convs[r.IntN(conv)]
-		if c.platform != "telegram" && c.platform != "api" && r.IntN(50) == 0 {
-			c.noScope = true // about 2% of scoped messages lose their scope on the way in
+		if c.platform != "telegram" && c.platform != "api" && r.IntN(50) == 0 && !c.dm {
+			c.noScope = true // about 2% of scoped messages lose their scope on the way in (a DM has none)
 		}
 		seq := uint64(i)
 		if c.platform == "telegram" || c.platform == "slack" {
@@ -731,7 +743,7 @@ wait:
 		}
 		o := d.Origin
 		if d.Platform != platform || o.ChatID != chat || o.ThreadID != thread || o.ParentChatID != parent ||
-			o.MessageID != anchor || o.ScopeID != scope {
+			o.MessageID != anchor || o.ScopeID != scope || o.UserID != m.user() || (o.ChatType == "dm") != m.conv.dm {
 			sum.Misrouted++
 			continue
 		}

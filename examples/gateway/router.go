@@ -21,9 +21,15 @@ import (
 	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
-// scoped platforms cannot deliver a reply without its scope: a guild or a
-// workspace decides which tenant's credentials may post.
+// scoped platforms cannot deliver a reply without its tenant, which decides
+// whose credentials may post it: a channel's is its scope (a guild or a
+// workspace), a direct message's its user (userBound).
 var scoped = map[string]bool{"discord": true, "slack": true}
+
+// userBound reports whether o is a direct message with its user: a Discord
+// DM has no guild, and its reply is posted for that user. Like the rest of
+// the route, both come from the signed session.
+func userBound(o otelsession.Origin) bool { return o.ChatType == "dm" && o.UserID != "" }
 
 type router struct {
 	store       string
@@ -141,9 +147,9 @@ func (rt *router) handle(msg jetstream.Msg) {
 		rt.refuse(n, "no platform or chat to deliver to")
 		_ = msg.Ack()
 		return
-	case scoped[n.Origin.Platform] && n.Origin.ScopeID == "":
+	case scoped[n.Origin.Platform] && n.Origin.ScopeID == "" && !userBound(n.Origin):
 		// Fail closed: a scoped reply without its scope is never sent to a default.
-		rt.refuse(n, "scoped platform without a scope")
+		rt.refuse(n, "scoped platform without a scope, and not a direct message to a user")
 		_ = msg.Ack()
 		return
 	case n.Kind == "completion" && n.Origin.Platform == "api_server":

@@ -252,7 +252,7 @@ func (w *worker) origin(ctx context.Context, j job) otelsession.Origin {
 	case storeEnv:
 		get := func(f otelsession.Field) string { return os.Getenv(f.Name()) }
 		o := otelsession.Origin{Platform: get(otelsession.FieldPlatform), ChatID: get(otelsession.FieldChatID),
-			ThreadID: get(otelsession.FieldThreadID), ParentChatID: get(otelsession.FieldParentChatID),
+			ChatType: get(otelsession.FieldChatType), ThreadID: get(otelsession.FieldThreadID), ParentChatID: get(otelsession.FieldParentChatID),
 			MessageID: get(otelsession.FieldMessageID), ScopeID: get(otelsession.FieldScopeID),
 			UserID: get(otelsession.FieldUserID), SessionKey: get(otelsession.FieldSessionKey)}
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
@@ -262,7 +262,7 @@ func (w *worker) origin(ctx context.Context, j job) otelsession.Origin {
 	case storeOff:
 		s := j.Route
 		o := otelsession.OriginFrom(ctx) // trace context only: no session in ctx
-		o.Platform, o.ChatID, o.ThreadID, o.ParentChatID = s.Platform, s.ChatID, s.ThreadID, s.ParentChatID
+		o.Platform, o.ChatID, o.ChatType, o.ThreadID, o.ParentChatID = s.Platform, s.ChatID, s.ChatType, s.ThreadID, s.ParentChatID
 		o.MessageID, o.ScopeID, o.UserID, o.SessionKey = s.MessageID, s.ScopeID, s.UserID, s.SessionKey
 		return o
 	}
@@ -283,7 +283,8 @@ func (w *worker) setEnv(s otelsession.Session) {
 	w.envMu.Lock()
 	defer w.envMu.Unlock()
 	for f, v := range map[otelsession.Field]string{
-		otelsession.FieldPlatform: s.Platform, otelsession.FieldChatID: s.ChatID, otelsession.FieldThreadID: s.ThreadID,
+		otelsession.FieldPlatform: s.Platform, otelsession.FieldChatID: s.ChatID, otelsession.FieldChatType: s.ChatType,
+		otelsession.FieldThreadID:     s.ThreadID,
 		otelsession.FieldParentChatID: s.ParentChatID, otelsession.FieldMessageID: s.MessageID,
 		otelsession.FieldScopeID: s.ScopeID, otelsession.FieldUserID: s.UserID, otelsession.FieldSessionKey: s.SessionKey,
 	} {
