@@ -191,6 +191,15 @@ func NewInbound(trust TrustFunc, opts ...InboundOption) *Inbound {
 	return p
 }
 
+// Trusts reports whether the policy trusts peer itself: whether a session
+// it sends is accepted without a signature. A transport whose peer also
+// writes other session input beside the carrier (a parent process writes the
+// legacy HERMES_* variables beside BAGGAGE) reads that input only from a
+// peer the policy trusts. A nil policy trusts no peer.
+func (p *Inbound) Trusts(ctx context.Context, peer Peer) bool {
+	return p != nil && p.trust(ctx, peer)
+}
+
 // Counts returns what the policy has seen so far.
 func (p *Inbound) Counts() Counts {
 	return Counts{

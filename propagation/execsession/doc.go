@@ -65,6 +65,13 @@
 // otelsession.Getenv finds them for any field BAGGAGE leaves Unset (a parent
 // with no baggage propagator, or one written in another language).
 //
+// A child given a policy that does not trust its parent (Config.Inbound,
+// say propagation.TrustNone with a verifier) takes the session from a
+// BAGGAGE whose signature verifies, and nothing else the parent wrote:
+// otelsession.Getenv reads none of the session's legacy variables there, a
+// grandchild started from its context does not inherit them, and the local
+// fields, which cannot be signed, are read only beside a verified session.
+//
 // This package owns the environment of child processes and nothing else: it
 // never writes the current process's environment, and it decides no policy of
 // its own — the leak policy is fallback's, the trust policy propagation's.

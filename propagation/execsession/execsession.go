@@ -57,7 +57,9 @@ type Config struct {
 	// Inbound is the trust policy a child applies to what its parent sent;
 	// nil means one that trusts the parent (propagation.TrustAll: the parent
 	// started this process, so it is in the same trust domain), shared by
-	// every zero Config. Values are validated either way.
+	// every zero Config. Values are validated either way. A policy that does
+	// not trust the parent (peer transport "env") takes the session from a
+	// verified BAGGAGE only: see FromEnvironment.
 	Inbound *propagation.Inbound
 	// Outbound is the policy the parent sends the session through; it sees
 	// propagation.Dest{Transport: "env"}. nil is propagation's default for
@@ -68,6 +70,33 @@ type Config struct {
 	// child receives a signed session that its own outbound hops can forward
 	// for verification further on.
 	Outbound *propagation.Outbound
+}
+
+// distrustedParent is the fallback environment of a context FromEnvironment
+// returns when its policy does not trust the parent process. The parent
+// wrote the session's legacy variables (HERMES_SESSION_CHAT_ID, …) as it
+// wrote BAGGAGE, and nothing verifies them (a local field's cannot even be
+// signed): read through otelsession.Getenv they would put back what the
+// policy stripped, or fill in what a verified session left Unset. So they
+// read as absent, and Environ does not pass them on to a grandchild. Other
+// variables read as they are.
+type distrustedParent struct{ fallback.Env }
+
+func (d distrustedParent) LookupEnv(name string) (string, bool) {
+	if _, ok := otelsession.FieldByName(name); ok {
+		return "", false
+	}
+	return d.Env.LookupEnv(name)
+}
+
+// hasRemote reports whether ctx binds any field that travels in BAGGAGE.
+func hasRemote(ctx context.Context) bool {
+	found := false
+	otelsession.Range(ctx, func(f otelsession.Field, _ string, st otelsession.State) bool {
+		found = st != otelsession.Unset && f.Scope() == otelsession.Remote
+		return !found
+	})
+	return found
 }
 
 // defaultInbound is the policy of the zero Config.
@@ -165,7 +194,11 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 
 	// The leak policy (fallback.Decide, which fallback.ChildEnviron applies
 	// too) for every field and the working directory, in index order.
-	engaged := otelsession.Engaged()
+	// A session read from a parent the policy distrusts is the context's
+	// alone: the process environment's variables are that parent's, not to
+	// be passed on (as in a process that binds sessions itself).
+	_, distrusted := fallback.EnvFrom(ctx).(distrustedParent)
+	engaged := otelsession.Engaged() || distrusted
 	var decided [numVars]struct {
 		value string
 		out   uint8 // 0 absent, 1 the inherited entry as it is, 2 write value
@@ -463,6 +496,15 @@ func (c Config) Command(ctx context.Context, name string, args ...string) *exec.
 // through otelsession.Getenv. It neither writes the environment nor latches
 // otelsession.Engaged.
 //
+// When c.Inbound does not trust the parent, the parent's legacy variables
+// are as unverified as an unsigned BAGGAGE, so none of them is taken: in the
+// returned context otelsession.Getenv reads no session variable from the
+// environment (an Unset field gives its default), Environ and Command pass
+// none on to a grandchild unless the context binds it, and the local fields,
+// which cannot be signed, are bound from their variables only when a
+// session was accepted (its signature verified). Code that calls os.Getenv
+// itself still sees whatever the parent wrote.
+//
 // Malformed input (a session member that is not valid baggage, an oversized
 // or duplicated one, a value no parent could have written) returns a context
 // whose session is wholly Unset and an error wrapping the reason:
@@ -488,13 +530,31 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 		ctx = otelsession.WithDelegatedChild(ctx, "")
 	}
 
+	inbound := c.Inbound
+	if inbound == nil {
+		inbound = defaultInbound
+	}
+	peer := propagation.Peer{Transport: "env"}
+	ctx, err := inbound.Extract(ctx, c.Propagator, carrier, peer)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	trusted := inbound.Trusts(ctx, peer)
+	if !trusted {
+		ctx = fallback.WithEnv(ctx, distrustedParent{fallback.EnvFrom(ctx)})
+	}
+
+	// The local fields cannot be signed. From a parent the policy distrusts
+	// they are read only beside a session it accepted (its signature
+	// verified): without one, nothing the parent wrote is taken.
 	type binding struct {
 		f     otelsession.Field
 		value string
 	}
 	var locals []binding
+	readLocals := trusted || err == nil && hasRemote(ctx)
 	for _, spec := range otelsession.Specs() {
-		if spec.Class != otelsession.ClassLocal || spec.Field == 0 {
+		if !readLocals || spec.Class != otelsession.ClassLocal || spec.Field == 0 {
 			continue
 		}
 		if v, ok := lookup(spec.Env); ok {
@@ -510,15 +570,6 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 		if _, err := otelsession.ValidateValue(cwdSpec, cwd); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w: %w", CwdVar, ErrInvalidVariable, err))
 		}
-	}
-
-	inbound := c.Inbound
-	if inbound == nil {
-		inbound = defaultInbound
-	}
-	ctx, err := inbound.Extract(ctx, c.Propagator, carrier, propagation.Peer{Transport: "env"})
-	if err != nil {
-		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return otelsession.Reset(ctx), fmt.Errorf("execsession: session from the parent process's environment: %w", errors.Join(errs...))

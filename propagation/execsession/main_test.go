@@ -38,6 +38,10 @@ const (
 	// that knows nothing of sessions (Command from context.Background()).
 	modeRelayPlain = "relay-plain"
 	modeWorker     = "kanban-worker" // lineage_test.go: an agent that delegates, started with a Kanban run identity
+	// modeDistrust restores through a policy that trusts no parent and
+	// verifies signatures (signingKey), then starts a grandchild with
+	// Command from what it restored.
+	modeDistrust = "distrust"
 )
 
 func TestMain(m *testing.M) {
@@ -116,6 +120,15 @@ func runChild(mode string) int {
 		r = restore()
 		ctx, _ := execsession.FromEnvironment(context.Background())
 		r.Grandchild, err = start(execsession.Command(ctx, os.Args[0], "-test.run=^$"), modeReport)
+	case modeDistrust:
+		v, verr := propagation.NewVerifier([]propagation.Key{signingKey})
+		if verr != nil {
+			return printJSON(nil, verr)
+		}
+		cfg := execsession.Config{Inbound: propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(v))}
+		var ctx context.Context
+		r, ctx = restoreWith(cfg)
+		r.Grandchild, err = start(cfg.Command(ctx, os.Args[0], "-test.run=^$"), modeReport)
 	case modeRelayPlain:
 		r = restore()
 		r.Grandchild, err = start(execsession.Command(context.Background(), os.Args[0], "-test.run=^$"), modeReport)
@@ -156,7 +169,13 @@ func printJSON(v any, err error) int {
 // restore is the start-up of a tool: FromEnvironment, then everything the
 // tool can see.
 func restore() *report {
-	ctx, err := execsession.FromEnvironment(context.Background())
+	r, _ := restoreWith(execsession.Config{})
+	return r
+}
+
+// restoreWith is restore through cfg; it returns the restored context too.
+func restoreWith(cfg execsession.Config) (*report, context.Context) {
+	ctx, err := cfg.FromEnvironment(context.Background())
 	r := &report{
 		Engaged:   otelsession.Engaged(),
 		Delegated: otelsession.IsDelegatedChild(ctx),
@@ -203,7 +222,7 @@ func restore() *report {
 			r.Foreign[m.Key()] = m.Value()
 		}
 	}
-	return r
+	return r, ctx
 }
 
 // passThrough runs in a fresh process that never binds a session (a CLI, a

@@ -103,3 +103,77 @@ func TestSignatureDoesNotSurviveAChangedSession(t *testing.T) {
 	}
 	require.True(t, found, "no BAGGAGE in %q", env)
 }
+
+// A child given a policy that trusts no parent takes the session from a
+// verified BAGGAGE alone. The parent also writes the legacy HERMES_*
+// variables, and nothing verifies them: read through otelsession.Getenv they
+// used to put back a stripped session (a forged chat id read as the chat) or
+// fill in a field the signed session left Unset (a thread id beside a
+// signed chat). Now they read as absent there, and the child does not pass
+// them on to a grandchild. The local fields, which cannot be signed, are
+// read beside a verified session only.
+func TestAChildThatDistrustsItsParentReadsNoUnverifiedVariable(t *testing.T) {
+	t.Parallel()
+	signer, err := propagation.NewSigner(signingKey)
+	require.NoError(t, err)
+	// The parent's signed session binds the platform and the chat; the
+	// other fields are Unset.
+	ctx := otelsession.With(otelsession.With(otelsession.Reset(testCtx(t)),
+		otelsession.FieldPlatform, "telegram"), otelsession.FieldChatID, "42")
+	signed, err := signer.Sign(ctx)
+	require.NoError(t, err)
+	hostile := []string{
+		"HERMES_SESSION_THREAD_ID=evil-thread", "HERMES_SESSION_SCOPE_ID=evil-scope",
+		"HERMES_UI_SESSION_ID=evil-tab", "HERMES_BROWSER_CONTROL_PRINCIPAL=user:evil",
+	}
+	remote := []otelsession.Field{otelsession.FieldThreadID, otelsession.FieldScopeID}
+	local := []otelsession.Field{otelsession.FieldUISessionID, otelsession.FieldBrowserControlPrincipal}
+
+	t.Run("signed session", func(t *testing.T) {
+		t.Parallel()
+		cmd := execsession.Command(signed, os.Args[0], "-test.run=^$")
+		cmd.Env = append(cmd.Env, hostile...)
+		r := child(t, cmd, modeDistrust)
+		require.Empty(t, r.Err)
+		for _, rep := range []*report{r, r.Grandchild} {
+			assert.Equal(t, fieldSeen{Value: "42", State: "set", Getenv: "42"}, rep.Fields[otelsession.FieldChatID.Name()])
+		}
+		for _, f := range remote {
+			unread(t, r, f)
+			requireAbsent(t, r.Grandchild, f) // not passed on either
+		}
+		for _, rep := range []*report{r, r.Grandchild} {
+			requireSeen(t, rep, otelsession.FieldUISessionID, "evil-tab", otelsession.Set)
+			requireSeen(t, rep, otelsession.FieldBrowserControlPrincipal, "user:evil", otelsession.Set)
+		}
+	})
+	t.Run("forged session", func(t *testing.T) {
+		t.Parallel()
+		forged := otelsession.With(ctx, otelsession.FieldChatID, "attacker-chat") // unsigned
+		cmd := execsession.Command(forged, os.Args[0], "-test.run=^$")
+		cmd.Env = append(cmd.Env, append(hostile, "HERMES_SESSION_CHAT_ID=attacker-chat")...)
+		r := child(t, cmd, modeDistrust)
+		require.Empty(t, r.Err, "an unsigned session from a distrusted parent is stripped, not an error")
+		for _, f := range append(append(remote, local...), otelsession.FieldChatID) {
+			unread(t, r, f)
+			requireAbsent(t, r.Grandchild, f)
+		}
+	})
+	t.Run("a child that trusts its parent reads them", func(t *testing.T) {
+		t.Parallel()
+		cmd := execsession.Command(signed, os.Args[0], "-test.run=^$")
+		cmd.Env = append(cmd.Env, hostile...)
+		r := child(t, cmd, modeReport)
+		require.Empty(t, r.Err)
+		assert.Equal(t, "evil-thread", r.Fields[otelsession.FieldThreadID.Name()].Getenv, "the legacy fallback, as documented")
+		assert.Equal(t, "evil-tab", r.Fields[otelsession.FieldUISessionID.Name()].Value)
+	})
+}
+
+// unread checks that the child neither bound f nor reads it through
+// otelsession.Getenv, though its environment has the variable.
+func unread(t *testing.T, r *report, f otelsession.Field) {
+	t.Helper()
+	require.Contains(t, r.Env, f.Name(), "test setup: the parent did not write %s", f.Name())
+	assert.Equal(t, fieldSeen{State: "unset", Getenv: defaultMark}, r.Fields[f.Name()], f.Name())
+}
