@@ -64,10 +64,14 @@ type Peer struct {
 	// Name identifies the source within the transport: the request's Host,
 	// a NATS subject, …
 	Name string
-	// MessageID is the transport's id of this message when it has one (the
-	// Nats-Msg-Id header of a NATS message), "" otherwise. A signature is
-	// verified against it, so a signed session cannot be moved onto another
-	// message; see [Signer.SignFor].
+	// MessageID is what a signature on this carrier is bound to: the
+	// transport's id of this message (the Nats-Msg-Id header of a NATS
+	// message); for Kafka and AMQP, the destination (topic; exchange and
+	// routing key) with the message id when there is one, so never "" there;
+	// "" where nothing binds a signature (HTTP, a child process's
+	// environment, a NATS message without an id). A signature is verified
+	// against it, so a signed session cannot be moved onto another message
+	// or destination; see [Signer.SignFor].
 	MessageID string
 }
 
@@ -230,9 +234,11 @@ var canonicalBaggage = http.CanonicalHeaderKey(baggageHeader)
 // The signature member (session.sig) belongs to the session: it is kept
 // when the session is accepted, so that the next hop can verify it too, and
 // removed with the session otherwise. Two of them, or a malformed one, refuse
-// the session even without a verifier. A signature on a carrier with a
-// message id (Peer.MessageID) is bound to that message and is removed once
-// the session is accepted: it could not verify anywhere else.
+// the session even without a verifier. A signature on a carrier that binds
+// it (Peer.MessageID is not "": a NATS message with an id, every Kafka
+// record and AMQP message) is bound to that message or destination and is
+// removed once the session is accepted: no next hop binds the same, so it
+// could verify nowhere else.
 func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, peer Peer) (context.Context, error) {
 	if prop == nil {
 		prop = otel.GetTextMapPropagator()

@@ -29,9 +29,11 @@ import (
 // OpenTelemetry's W3C propagator alone parsed (the check's fast path, see
 // Inbound.Extract), no display value cut, from a peer it trusted or with a
 // signature that verified. A signed line makes an entry only where the
-// policy verifies signatures and the message has an id of its own (a NATS
-// message: the gateway's workers), so that the peer is not consulted and
-// the signature, bound to its message, is removed once it verified. The
+// policy verifies signatures and the carrier binds its signature
+// (Peer.MessageID is not "": a NATS message with an id, as the gateway's
+// workers receive, a Kafka record, an AMQP message), so that the peer is
+// not consulted and the signature, bound to its message or destination, is
+// removed once it verified. The
 // entry holds the line's members, the baggage OpenTelemetry parsed from it
 // (without the signature) and the record of its values.
 //
@@ -84,7 +86,8 @@ const inboundWays = 4
 // and returns the same context it would have built (the signature or the
 // peer is still judged on every message). Only sessions accepted whole are
 // kept; signed ones only where the policy verifies signatures and the
-// message has an id of its own (Peer.MessageID). The default, 256, holds
+// carrier binds them (Peer.MessageID is not "": a NATS message with an id,
+// a Kafka record, an AMQP message). The default, 256, holds
 // the active conversations of a busy consumer in about 1 MiB (3 MiB at
 // worst); [Counts].Cached says how many sessions it served.
 //
@@ -169,10 +172,11 @@ var msgIDClass = &fieldKeys[otelsession.FieldMessageID-1]
 // the message id is not within its limit, it has more members than
 // OpenTelemetry parses, or it carries a signature and signed is false.
 // signed is whether the policy verifies signatures (so that a signed
-// session's peer is not consulted) and the message has an id of its own
-// (so that an accepted session's signature is removed): a signed line's
-// entry then holds what each message of the conversation is accepted into
-// once its own signature verified, over its own message id.
+// session's peer is not consulted) and the carrier binds its signature
+// (Peer.MessageID, so that an accepted session's signature is removed): a
+// signed line's entry then holds what each message of the conversation is
+// accepted into once its own signature verified, over its own message id
+// and for its own binding.
 func (c *inboundCache) keyOf(k *lineKey, line string, seen keySet, written *writtenMembers, signed bool) bool {
 	k.line, k.msgID, k.hasID, k.sig, k.signed, k.n, k.h = line, "", false, "", false, 0, 0
 	idStart, sigStart := len(line)+1, len(line)+1 // no member holds them

@@ -43,9 +43,13 @@ type Dest struct {
 	// method and connection for gRPC: an AllowFunc reads it and must not
 	// modify it.
 	URL *url.URL
-	// MessageID is the transport's id of this message when it has one (the
-	// Nats-Msg-Id header of a NATS message): a signature is bound to it, so
-	// it cannot be moved onto another message. See [Signer.SignFor].
+	// MessageID is what a signature on this carrier is bound to, the mirror
+	// of [Peer.MessageID]: the transport's id of this message (the
+	// Nats-Msg-Id header of a NATS message); for Kafka and AMQP, the
+	// destination with the message id when there is one, never ""; ""
+	// where nothing binds a signature. A signature is bound to it, so it
+	// cannot be moved onto another message or destination. See
+	// [Signer.SignFor].
 	MessageID string
 }
 

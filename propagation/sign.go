@@ -200,7 +200,9 @@ func (s *Signer) Sign(ctx context.Context) (context.Context, error) {
 // verifies only on the message with that id (for NATS, its Nats-Msg-Id
 // header, as a NATS publisher whose Outbound signs does), so it cannot be moved onto
 // another message. A verifier binds the id the transport gives it, so
-// messageID must be exactly what the receiving side sees.
+// messageID must be exactly what the receiving side sees. The Kafka and
+// AMQP edges bind their destination with the id ([Dest.MessageID]), never
+// "".
 func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()

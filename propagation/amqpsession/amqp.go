@@ -55,8 +55,8 @@ func NewPublisher(opts ...Option) *Publisher {
 // and writes the span's trace context and ctx's baggage into msg.Headers
 // (allocated when nil) through the outbound policy ([WithOutbound]): the
 // session only when the policy allows the exchange, signed for the message's
-// MessageId, exchange and routing key when it signs. Set MessageId before
-// calling Inject. Publish msg to the same exchange and routing key, then end the span:
+// exchange, routing key and MessageId (when it has one) when it signs. Set
+// MessageId before calling Inject. Publish msg to the same exchange and routing key, then end the span:
 //
 //	ctx, span := pub.Inject(ctx, &msg, "chat", "in")
 //	err := ch.PublishWithContext(ctx, "chat", "in", false, false, msg)
@@ -78,7 +78,8 @@ func (p *Publisher) Inject(ctx context.Context, msg *amqp.Publishing, exchange, 
 	name := exchangeName(exchange)
 	dest := propagation.Dest{Transport: Transport, Name: name}
 	if p.cfg.Out.Signer() != nil {
-		// What a signature is bound to; built only when there is one.
+		// What a signature is bound to, with or without a MessageId; built
+		// only when there is one.
 		dest.MessageID = binding(name, routingKey, msg.MessageId)
 	}
 	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "publish "+name, dest, attrs, TableCarrier(msg.Headers))
@@ -142,11 +143,16 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 		peer, "delivery from AMQP exchange")
 }
 
-// binding is what a signature on a message is bound to: its exchange, its
-// routing key and its message id, or nothing when it has no id.
+// binding is what a signature on a message is bound to: the transport, its
+// exchange (as [exchangeName] names it), its routing key and its MessageId
+// ("" when it has none). It is never empty, so a signature made for a
+// message does not verify on another exchange or routing key, nor where
+// nothing binds a signature (an HTTP request, a child process's
+// environment: ""), nor on a Kafka record (whose binding starts with
+// "kafka\x00"); with a MessageId, not on another message either. Without
+// one, a captured signed message can be published again to the same
+// exchange and routing key, and is accepted there until the verifier's
+// maximum age.
 func binding(exchange, routingKey, id string) string {
-	if id == "" {
-		return ""
-	}
 	return "amqp\x00" + exchange + "\x00" + routingKey + "\x00" + id
 }

@@ -28,18 +28,19 @@
 // ignored without a panic. No session reaches an exchange until
 // [WithOutbound] names the exchanges inside the trust domain (propagation's
 // one default for every transport); with a signer, the signature is bound to
-// the message's MessageId, exchange and routing key. A nil inbound policy
-// trusts no publisher. Each delivery starts from a Reset session. The
-// default propagator is otel.GetTextMapPropagator(), a no-op until the
-// program installs one.
+// the message's exchange and routing key, and to its MessageId when it has
+// one. A nil inbound policy trusts no publisher. Each delivery starts from a
+// Reset session. The default propagator is otel.GetTextMapPropagator(), a
+// no-op until the program installs one.
 //
 // Tested on the message types (hostile tables, moved signatures) and through
 // a real RabbitMQ broker that the tests start (internal/rabbitmqtest):
 // publisher-confirmed publishes, manual-ack consumes, messages nacked and
 // delivered again in the same session with their signature still verifying,
 // and messages captured off the broker and published again under another id
-// or routing key refused. An exact copy of a signed message (same id,
-// exchange and routing key) verifies: RabbitMQ does not deduplicate, so a
-// consumer that must not act twice keeps the message ids it has handled.
+// or routing key refused, with or without a MessageId of their own. An exact
+// copy of a signed message (same id, or none, and same exchange and routing
+// key) verifies: RabbitMQ does not deduplicate, so a consumer that must not
+// act twice keeps the message ids it has handled.
 // FuzzConsumerExtract feeds it tables of any shape.
 package amqpsession

@@ -61,9 +61,13 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 // session's, and any session member already in the message's headers is
 // removed, whatever the spelling of the header.
 //
-// With a signer, a message that has a MessageId gets a signature bound to
-// that id, its exchange and its routing key: moved onto another message or
-// routed elsewhere, it no longer verifies. A [Consumer] ignores this option.
+// With a signer, every message's signature is bound to its exchange and
+// routing key: published again elsewhere, or copied to another transport,
+// it no longer verifies. A message that has a MessageId is bound to that id
+// too, so its signature cannot be moved onto another message either. A
+// message without one can be published again to the same exchange and
+// routing key and is accepted there until the verifier's maximum age: set
+// MessageId where a replay matters. A [Consumer] ignores this option.
 func WithOutbound(o *propagation.Outbound) Option {
 	return func(c *config) { c.Out = o }
 }

@@ -3,10 +3,13 @@ package amqpsession_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -64,4 +67,149 @@ func TestSignatureIsBoundToTheMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// signedPair returns a Publisher that signs for every exchange and a
+// Consumer that trusts no exchange and accepts a session only through its
+// signature; and the signer, for signatures made elsewhere.
+func signedPair(t *testing.T) (*amqpsession.Publisher, *amqpsession.Consumer, *propagation.Signer) {
+	t.Helper()
+	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
+	signer, err := propagation.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c),
+		amqpsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
+	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
+		amqpsession.WithPropagator(w3c))
+	return pub, cons, signer
+}
+
+// wantAccepted fails t unless ctx holds exactly conversation i's session.
+func wantAccepted(t *testing.T, ctx context.Context, err error, i int) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("refused the signed message: %v", err)
+	}
+	if d := diff(ctx, received(sessionFor(i)), sessionFor(i).Stateless); d != "" {
+		t.Fatalf("accepted, but:\n\t%s", d)
+	}
+}
+
+// wantNoSignature fails t when ctx still holds a signature: one bound to
+// the message it came on verifies nowhere else, so the policy removes it
+// once it accepted the session.
+func wantNoSignature(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
+		t.Fatal("a signature bound to its message is still in the context")
+	}
+}
+
+// wantBadSignature fails t unless the message's session was refused as
+// ErrBadSignature and stripped: the whole session Unset, the worker's own
+// included.
+func wantBadSignature(t *testing.T, ctx context.Context, err error) {
+	t.Helper()
+	if !errors.Is(err, propagation.ErrBadSignature) {
+		t.Fatalf("err %v, want ErrBadSignature", err)
+	}
+	if d := diff(ctx, nil, false); d != "" {
+		t.Fatalf("refused, but the session is not stripped:\n\t%s", d)
+	}
+}
+
+// A message without a MessageId has nothing of its own to bind a signature
+// to, but its exchange and routing key still bind it: the message published
+// again to another exchange or under another routing key is refused, as one
+// with an id is. The message itself is accepted where it was published,
+// also once the policy's cache holds its conversation (from its third
+// message), which serves the session but still verifies every message's
+// signature for its own exchange and routing key.
+func TestSignatureWithoutIDIsBoundToTheRoute(t *testing.T) {
+	t.Parallel()
+	pub, cons, _ := signedPair(t)
+	publish := func() amqp.Publishing {
+		msg := amqp.Publishing{Body: []byte("hi")}
+		_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), &msg, "chat", "in")
+		span.End()
+		if msg.MessageId != "" {
+			t.Fatalf("the message has id %q, want none", msg.MessageId)
+		}
+		if !strings.Contains(amqpsession.TableCarrier(msg.Headers).Get("baggage"), otelsession.SignatureKey+"=") {
+			t.Fatal("the message carries no signature")
+		}
+		return msg
+	}
+	extract := func(msg amqp.Publishing, exchange, key string) (context.Context, error) {
+		ctx, span, err := cons.Extract(workerBase(), deliver(msg, exchange, key, false))
+		span.End()
+		return ctx, err
+	}
+
+	msg := publish()
+	t.Run("the signed message", func(t *testing.T) {
+		ctx, err := extract(msg, "chat", "in")
+		wantAccepted(t, ctx, err, 1)
+	})
+	t.Run("the signed message's signature is not handed on", func(t *testing.T) {
+		ctx, err := extract(msg, "chat", "in")
+		wantAccepted(t, ctx, err, 1)
+		wantNoSignature(t, ctx)
+	})
+	for _, tc := range []struct{ name, exchange, key string }{
+		{"another exchange", "partner", "in"},
+		{"the default exchange", "", "in"},
+		{"another routing key", "chat", "admin"},
+		{"no routing key", "chat", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, err := extract(msg, tc.exchange, tc.key)
+			wantBadSignature(t, ctx, err)
+		})
+	}
+	t.Run("from the cache", func(t *testing.T) {
+		for n := range 3 {
+			ctx, err := extract(publish(), "chat", "in")
+			wantAccepted(t, ctx, err, 1)
+			wantNoSignature(t, ctx)
+			if n == 2 && cons.Policy().Counts().Cached == 0 {
+				t.Fatal("the conversation's third message was not served from the cache")
+			}
+		}
+		ctx, err := extract(publish(), "chat", "admin")
+		wantBadSignature(t, ctx, err)
+	})
+}
+
+// A session signed for an HTTP request (which has no message id, so the
+// signature is bound to no message) is refused on a message without a
+// MessageId: a signature made for one transport never verifies on another.
+func TestHTTPSignatureIsRefusedOnAMessage(t *testing.T) {
+	t.Parallel()
+	_, cons, signer := signedPair(t)
+	out := propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))
+	hdr := http.Header{}
+	if err := out.Inject(otelsession.Bind(context.Background(), sessionFor(1)), w3c, otelprop.HeaderCarrier(hdr), propagation.Dest{Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	line := hdr.Get("baggage")
+	if !strings.Contains(line, otelsession.SignatureKey+"=") {
+		t.Fatalf("the request carries no signature: %q", line)
+	}
+	// The signature is good: it verifies on an HTTP request.
+	ctx, err := cons.Policy().Extract(workerBase(), w3c, otelprop.HeaderCarrier(hdr), propagation.Peer{Transport: "http"})
+	if _, st := otelsession.Lookup(ctx, otelsession.FieldChatID); err != nil || st != otelsession.Set {
+		t.Fatalf("the HTTP signature does not verify on HTTP: %v (chat id %s)", err, st)
+	}
+
+	msg := amqp.Publishing{Body: []byte("hi"), Headers: amqp.Table{"baggage": line}}
+	ctx, span, err := cons.Extract(workerBase(), deliver(msg, "chat", "in", false))
+	span.End()
+	wantBadSignature(t, ctx, err)
 }

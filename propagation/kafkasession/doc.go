@@ -23,10 +23,10 @@
 // No session reaches a topic until [WithOutbound] names the topics inside the
 // trust domain (propagation's one default for every transport); a session
 // already in a record's headers is removed unless the policy writes it. With
-// a signer, the signature is bound to the record's [MessageIDHeader] and
-// topic. A nil inbound policy trusts no producer. Each record
-// starts from a Reset session, so nothing bound in the poll loop's context or
-// by the previous record can leak into it. The default propagator is
+// a signer, the signature is bound to the record's topic, and to its
+// [MessageIDHeader] when it has one. A nil inbound policy trusts no
+// producer. Each record starts from a Reset session, so nothing bound in the
+// poll loop's context or by the previous record can leak into it. The default propagator is
 // otel.GetTextMapPropagator(), a no-op until the program installs one.
 //
 // Tested on the record type (hostile headers, moved signatures) and through
@@ -37,5 +37,6 @@
 // checked against its record's producer span. Records a member handled but
 // never committed come back to the next member in the same session. A record
 // captured off the broker and produced again onto another topic or under
-// another id is refused. FuzzConsumerExtract feeds it headers of any shape.
+// another id is refused, with or without an id of its own.
+// FuzzConsumerExtract feeds it headers of any shape.
 package kafkasession

@@ -34,9 +34,10 @@ func NewPublisher(opts ...Option) *Publisher {
 // Inject starts a producer span named "send <topic>" as a child of ctx, and
 // writes the span's trace context and ctx's baggage into r's headers through
 // the outbound policy ([WithOutbound]): the session only when the policy
-// allows the topic, signed for the record's [MessageIDHeader] and topic when
-// it signs. A policy error is reported to otel.Handle and recorded on the
-// span. Set the message id header before calling Inject. franz-go produces
+// allows the topic, signed for the record's topic and [MessageIDHeader] (when
+// it has one) when it signs. A policy error is reported to otel.Handle and
+// recorded on the span. Set the message id header and the topic before
+// calling Inject, and produce the record to that topic. franz-go produces
 // asynchronously, so the caller ends the span in the produce promise:
 //
 //	ctx, span := pub.Inject(ctx, rec)
@@ -65,7 +66,8 @@ func (p *Publisher) Inject(ctx context.Context, r *kgo.Record) (context.Context,
 	c := NewRecordCarrier(r)
 	dest := propagation.Dest{Transport: Transport, Name: r.Topic}
 	if p.cfg.Out.Signer() != nil {
-		// What a signature is bound to; built only when there is one.
+		// What a signature is bound to, with or without a message id;
+		// built only when there is one.
 		dest.MessageID = binding(r.Topic, c.Get(MessageIDHeader))
 	}
 	ctx, span, _ := messaging.Produce(ctx, &p.cfg.Config, p.tracer, "send "+r.Topic, dest, attrs, c)
@@ -132,14 +134,19 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 // MessageIDHeader is the record header that carries a producer-chosen
 // message id. Kafka records have no id of their own (offsets are assigned
 // by the broker, keys are shared by a conversation's records), so a signed
-// session is bound to this header and to the topic.
+// session is bound to the topic always, and to this header when the record
+// has it. Without it, a captured signed record can be produced again onto
+// the same topic, and is accepted there until the verifier's maximum age.
 const MessageIDHeader = "message-id"
 
-// binding is what a signature on a record is bound to: its topic and its
-// message id, or nothing when the record has no id.
+// binding is what a signature on a record is bound to: the transport, its
+// topic and its [MessageIDHeader] ("" when the record has none). It is
+// never empty, so a signature made for a record does not verify on another
+// topic, nor where nothing binds a signature (an HTTP request, a child
+// process's environment: ""), nor on an AMQP message (whose binding starts
+// with "amqp\x00"); with an id, not on another record either. A Kafka topic
+// holds no NUL (its characters are [a-zA-Z0-9._-]), so the topic and the id
+// cannot trade bytes.
 func binding(topic, id string) string {
-	if id == "" {
-		return ""
-	}
 	return "kafka\x00" + topic + "\x00" + id
 }

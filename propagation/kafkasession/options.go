@@ -56,10 +56,13 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 // not the session's, and any session member already in the record's
 // headers is removed, whatever the spelling of the header.
 //
-// With a signer, a record that carries a [MessageIDHeader] gets a signature
-// bound to that id and to its topic: moved onto another record, or replayed
-// onto another topic, it no longer verifies. A [Consumer] ignores this
-// option.
+// With a signer, every record's signature is bound to its topic: produced
+// again onto another topic, or copied to another transport, it no longer
+// verifies. A record that carries a [MessageIDHeader] is bound to that id
+// too, so its signature cannot be moved onto another record either. A
+// record without one can be produced again onto the same topic and is
+// accepted there until the verifier's maximum age: set the header where a
+// replay matters. A [Consumer] ignores this option.
 func WithOutbound(o *propagation.Outbound) Option {
 	return func(c *config) { c.Out = o }
 }

@@ -3,10 +3,13 @@ package kafkasession_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/baggage"
+	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
@@ -70,4 +73,148 @@ func TestSignatureIsBoundToTheRecord(t *testing.T) {
 			}
 		})
 	}
+}
+
+// signedPair returns a Publisher that signs for every topic and a Consumer
+// that trusts no topic and accepts a session only through its signature,
+// with the Consumer's policy; and the signer, for signatures made elsewhere.
+func signedPair(t *testing.T) (*kafkasession.Publisher, *kafkasession.Consumer, *propagation.Signer) {
+	t.Helper()
+	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
+	signer, err := propagation.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c),
+		kafkasession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
+	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
+		kafkasession.WithPropagator(w3c))
+	return pub, cons, signer
+}
+
+// wantAccepted fails t unless ctx holds exactly conversation i's session.
+func wantAccepted(t *testing.T, ctx context.Context, err error, i int) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("refused the signed record: %v", err)
+	}
+	if d := diff(ctx, received(sessionFor(i)), sessionFor(i).Stateless); d != "" {
+		t.Fatalf("accepted, but:\n\t%s", d)
+	}
+}
+
+// wantNoSignature fails t when ctx still holds a signature: one bound to
+// the record it came on verifies nowhere else, so the policy removes it
+// once it accepted the session.
+func wantNoSignature(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
+		t.Fatal("a signature bound to its record is still in the context")
+	}
+}
+
+// wantBadSignature fails t unless the record's session was refused as
+// ErrBadSignature and stripped: the whole session Unset, the worker's own
+// included.
+func wantBadSignature(t *testing.T, ctx context.Context, err error) {
+	t.Helper()
+	if !errors.Is(err, propagation.ErrBadSignature) {
+		t.Fatalf("err %v, want ErrBadSignature", err)
+	}
+	if d := diff(ctx, nil, false); d != "" {
+		t.Fatalf("refused, but the session is not stripped:\n\t%s", d)
+	}
+}
+
+// A record without a message-id header has nothing of its own to bind a
+// signature to, but its topic still binds it: the record produced again
+// onto another topic is refused, as one with an id is. The record itself
+// is accepted where it was produced, also once the policy's cache holds
+// its conversation (from its third record), which serves the session but
+// still verifies every record's signature for its own topic.
+func TestSignatureWithoutIDIsBoundToTheTopic(t *testing.T) {
+	t.Parallel()
+	pub, cons, _ := signedPair(t)
+	produce := func() *kgo.Record {
+		r := &kgo.Record{Topic: "chat-in", Value: []byte("hi")}
+		_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), r)
+		span.End()
+		if id := kafkasession.NewRecordCarrier(r).Get(kafkasession.MessageIDHeader); id != "" {
+			t.Fatalf("the record has message id %q, want none", id)
+		}
+		if !strings.Contains(kafkasession.NewRecordCarrier(r).Get("baggage"), otelsession.SignatureKey+"=") {
+			t.Fatal("the record carries no signature")
+		}
+		return r
+	}
+	onTopic := func(r *kgo.Record, topic string) *kgo.Record {
+		out := wire(r, 0, 1)
+		out.Topic = topic
+		return out
+	}
+	extract := func(r *kgo.Record) (context.Context, error) {
+		ctx, span, err := cons.Extract(workerBase(), r)
+		span.End()
+		return ctx, err
+	}
+
+	r := produce()
+	t.Run("the signed record", func(t *testing.T) {
+		ctx, err := extract(onTopic(r, "chat-in"))
+		wantAccepted(t, ctx, err, 1)
+	})
+	t.Run("the signed record's signature is not handed on", func(t *testing.T) {
+		ctx, err := extract(onTopic(r, "chat-in"))
+		wantAccepted(t, ctx, err, 1)
+		wantNoSignature(t, ctx)
+	})
+	for _, topic := range []string{"partner-in", "chat-in2", "chat"} {
+		t.Run("produced again onto "+topic, func(t *testing.T) {
+			ctx, err := extract(onTopic(r, topic))
+			wantBadSignature(t, ctx, err)
+		})
+	}
+	t.Run("from the cache", func(t *testing.T) {
+		for n := range 3 {
+			ctx, err := extract(onTopic(produce(), "chat-in"))
+			wantAccepted(t, ctx, err, 1)
+			wantNoSignature(t, ctx)
+			if n == 2 && cons.Policy().Counts().Cached == 0 {
+				t.Fatal("the conversation's third record was not served from the cache")
+			}
+		}
+		ctx, err := extract(onTopic(produce(), "partner-in"))
+		wantBadSignature(t, ctx, err)
+	})
+}
+
+// A session signed for an HTTP request (which has no message id, so the
+// signature is bound to no message) is refused on a record without a
+// message id: a signature made for one transport never verifies on another.
+func TestHTTPSignatureIsRefusedOnARecord(t *testing.T) {
+	t.Parallel()
+	_, cons, signer := signedPair(t)
+	out := propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))
+	hdr := http.Header{}
+	if err := out.Inject(otelsession.Bind(context.Background(), sessionFor(1)), w3c, otelprop.HeaderCarrier(hdr), propagation.Dest{Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	line := hdr.Get("baggage")
+	if !strings.Contains(line, otelsession.SignatureKey+"=") {
+		t.Fatalf("the request carries no signature: %q", line)
+	}
+	// The signature is good: it verifies on an HTTP request.
+	ctx, err := cons.Policy().Extract(workerBase(), w3c, otelprop.HeaderCarrier(hdr), propagation.Peer{Transport: "http"})
+	if _, st := otelsession.Lookup(ctx, otelsession.FieldChatID); err != nil || st != otelsession.Set {
+		t.Fatalf("the HTTP signature does not verify on HTTP: %v (chat id %s)", err, st)
+	}
+
+	r := &kgo.Record{Topic: "chat-in", Value: []byte("hi"), Headers: h("baggage", line)}
+	ctx, span, err := cons.Extract(workerBase(), r)
+	span.End()
+	wantBadSignature(t, ctx, err)
 }
