@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,12 @@ var (
 	// session%2Echat_id, which an SDK that decodes keys would turn into
 	// session.chat_id).
 	ErrUnknownSessionKey = otelsession.ErrUnknownSessionKey
+	// ErrNoBaggagePropagator: a session arrived, but the propagator the
+	// receiver extracts with does not read baggage (its Fields have no
+	// "baggage": otel.SetTextMapPropagator was given TraceContext alone, or
+	// never called). A configuration error, not the sender's: nothing is
+	// counted against the input.
+	ErrNoBaggagePropagator = errors.New("the propagator does not read baggage")
 )
 
 // Peer describes where a carrier came from, for a [TrustFunc].
@@ -195,6 +202,11 @@ func NewInbound(trust TrustFunc, opts ...InboundOption) *Inbound {
 	return p
 }
 
+// readsBaggage reports whether prop extracts the W3C baggage header.
+func readsBaggage(prop otelprop.TextMapPropagator) bool {
+	return slices.ContainsFunc(prop.Fields(), func(f string) bool { return strings.EqualFold(f, baggageHeader) })
+}
+
 // Trusts reports whether the policy trusts peer itself: whether a session
 // it sends is accepted without a signature. A transport whose peer also
 // writes other session input beside the carrier (a parent process writes the
@@ -309,6 +321,15 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	var in inboundSession
 	if err == nil {
 		err = in.check(baggage.FromContext(ctx), seen, len(raw) == 0, written)
+	}
+	if errors.Is(err, ErrMalformedMember) && !readsBaggage(prop) {
+		// Every member the header named is missing because nothing read
+		// the header: say so, rather than blame the sender's members.
+		err = fmt.Errorf("extract session from %s: %w (its fields: %s): set otel.SetTextMapPropagator("+
+			"propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})), or pass one with propagation.Baggage{}",
+			peer.Transport, ErrNoBaggagePropagator, strings.Join(prop.Fields(), ", "))
+		reportOnce(err)
+		return otelsession.Reset(ctx), err
 	}
 	if err != nil {
 		p.n.rejected.Add(1)
@@ -503,10 +524,14 @@ var reported sync.Map // error kind -> struct{}
 
 func reportOnce(err error) {
 	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField,
-		ErrUnknownSessionKey, ErrBadSignature, ErrSignatureExpired, ErrUnknownKey} {
+		ErrUnknownSessionKey, ErrBadSignature, ErrSignatureExpired, ErrUnknownKey, ErrNoBaggagePropagator} {
 		if errors.Is(err, kind) {
 			if _, loaded := reported.LoadOrStore(kind, struct{}{}); !loaded {
-				otel.Handle(fmt.Errorf("sessionwire: inbound session refused (reported once per kind): %w", err))
+				what := "inbound session refused"
+				if kind == ErrNoBaggagePropagator {
+					what = "inbound session not read"
+				}
+				otel.Handle(fmt.Errorf("sessionwire: %s (reported once per kind): %w", what, err))
 			}
 			return
 		}

@@ -474,3 +474,27 @@ func FuzzOutboundWritesTheBaggage(f *testing.F) {
 		}
 	})
 }
+
+// A receiver whose propagator does not read baggage (TraceContext alone, a
+// common setup) cannot see a session. It used to report every member of a
+// well-formed session as malformed, counted against the sender; the error
+// now names the propagator and how to fix it, and counts nothing.
+func TestAPropagatorWithoutBaggageIsNamed(t *testing.T) {
+	t.Parallel()
+	policy := propagation.NewInbound(propagation.TrustAll)
+	carrier := otelprop.MapCarrier{"baggage": "session.platform=telegram,session.chat_id=42"}
+	ctx, err := policy.Extract(context.Background(), otelprop.TraceContext{}, carrier, propagation.Peer{Transport: "http"})
+	require.ErrorIs(t, err, propagation.ErrNoBaggagePropagator)
+	assert.NotErrorIs(t, err, propagation.ErrMalformedMember)
+	assert.Contains(t, err.Error(), "propagation.Baggage{}")
+	assert.Contains(t, err.Error(), "traceparent", "names the propagator's fields")
+	_, st := otelsession.Lookup(ctx, otelsession.FieldChatID)
+	assert.Equal(t, otelsession.Unset, st)
+	assert.Equal(t, propagation.Counts{}, policy.Counts(), "nothing counted against the input")
+
+	// A member the W3C parser drops is still the sender's.
+	both := otelprop.NewCompositeTextMapPropagator(otelprop.TraceContext{}, otelprop.Baggage{})
+	_, err = policy.Extract(context.Background(), both, otelprop.MapCarrier{"baggage": "session.chat_id=4 2"}, propagation.Peer{Transport: "http"})
+	require.ErrorIs(t, err, propagation.ErrMalformedMember)
+	assert.NotErrorIs(t, err, propagation.ErrNoBaggagePropagator)
+}
