@@ -26,7 +26,8 @@ var (
 	// ErrSignatureConfig: a key or option given to NewSigner or NewVerifier
 	// is unusable (a key id that is not 1 to 32 letters, digits, "-" or "_";
 	// a secret shorter than MinSecretBytes; two keys with one id; no key; a
-	// window that is not positive).
+	// verifier's maximum age that is not positive, or a negative maximum
+	// skew).
 	ErrSignatureConfig = errors.New("invalid session signature configuration")
 	// ErrSignatureNoRoom: the signature member does not fit beside the
 	// baggage within the W3C limits (64 members, 8192 bytes).
@@ -134,7 +135,7 @@ func WithMaxAge(d time.Duration) SignatureOption {
 }
 
 // WithMaxSkew sets how far in the future an issue time may be,
-// [DefaultMaxSkew] by default. A Signer ignores it.
+// [DefaultMaxSkew] by default; 0 accepts none. A Signer ignores it.
 func WithMaxSkew(d time.Duration) SignatureOption {
 	return func(c *signatureConfig) { c.maxSkew = d }
 }
@@ -150,7 +151,7 @@ func newSignatureConfig(opts []SignatureOption) (signatureConfig, error) {
 		c.now = time.Now
 	}
 	if c.maxAge <= 0 || c.maxSkew < 0 {
-		return c, fmt.Errorf("window (max age %v, max skew %v) must be positive: %w", c.maxAge, c.maxSkew, ErrSignatureConfig)
+		return c, fmt.Errorf("window (max age %v, max skew %v): the age must be positive, the skew 0 or more: %w", c.maxAge, c.maxSkew, ErrSignatureConfig)
 	}
 	return c, nil
 }
@@ -169,9 +170,15 @@ func NewSigner(key Key, opts ...SignatureOption) (*Signer, error) {
 	if err := key.check(); err != nil {
 		return nil, fmt.Errorf("new session signer: %w", err)
 	}
-	c, err := newSignatureConfig(opts)
-	if err != nil {
-		return nil, fmt.Errorf("new session signer: %w", err)
+	// Only the clock applies: the window options are the verifier's.
+	c := signatureConfig{now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return &Signer{key: newMacKey(key), now: c.now}, nil
 }
@@ -380,9 +387,9 @@ func (v *Verifier) check(sig, binding string, vals *signedValues) error {
 	now := v.now()
 	issued := time.Unix(p.ts, 0)
 	if age := now.Sub(issued); age > v.maxAge {
-		return fmt.Errorf("issued %v ago, max age %v: %w", age.Truncate(time.Second), v.maxAge, ErrSignatureExpired)
+		return fmt.Errorf("issued %v ago, max age %v: %w", age.Round(time.Millisecond), v.maxAge, ErrSignatureExpired)
 	} else if -age > v.maxSkew {
-		return fmt.Errorf("issued %v in the future, max skew %v: %w", (-age).Truncate(time.Second), v.maxSkew, ErrSignatureExpired)
+		return fmt.Errorf("issued %v in the future, max skew %v: %w", (-age).Round(time.Millisecond), v.maxSkew, ErrSignatureExpired)
 	}
 	return nil
 }

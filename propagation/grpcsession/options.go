@@ -65,12 +65,14 @@ func WithInbound(p *propagation.Inbound) Option {
 // WithOutbound sets the client's outbound policy, applied to every call. The
 // default, nil, is propagation's: no session leaves the process. The policy
 // sees propagation.Dest{Transport: "grpc", Name: the target's host, URL:
-// grpc://<target authority>/<package.Service>/<Method>}, so both
+// grpc://<target authority>/<package.Service>/<Method>}, the authority with
+// its port as dialled, so for a client of "notify.internal:443" both
 //
-//	propagation.AllowURLs(propagation.Egress{Prefixes: []string{"grpc://notify.internal/notify.v1.Notify/"}})
+//	propagation.AllowURLs(propagation.Egress{Prefixes: []string{"grpc://notify.internal:443/notify.v1.Notify/"}})
 //	propagation.AllowNames(propagation.TransportGRPC, "notify.internal", "*.svc.internal")
 //
-// express "this service" or "these hosts".
+// express "this service" or "these hosts" (a prefix without the port
+// matches no call to that target: the session is withheld, and counted so).
 func WithOutbound(o *propagation.Outbound) Option {
 	return Option{func(c *config) { c.outbound = o }}
 }

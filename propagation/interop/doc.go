@@ -10,6 +10,7 @@
 // injects that context again, as any JavaScript service in the path would, or
 // builds a session's baggage itself.
 //
-// The tests need node on PATH (they are skipped without it) and the pinned
-// packages installed: run `npm ci` in js/ first.
+// The tests need Node.js 20.6 or later, with npm, on PATH (they are skipped
+// without it, and fail under CI); they install the pinned packages of js/
+// themselves with `npm ci` when js/node_modules does not hold them.
 package interop

@@ -41,7 +41,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithPropagator sets the propagator that writes and reads record headers.
 // The default is otel.GetTextMapPropagator(), read for every record; it is a
-// no-op until the program calls otel.SetTextMapPropagator, and then no
+// no-op until the program calls otel.SetTextMapPropagator, and until then no
 // session crosses Kafka. The propagator must include propagation.Baggage{}.
 func WithPropagator(p otelprop.TextMapPropagator) Option {
 	return func(c *config) { c.Prop = p }
