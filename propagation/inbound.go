@@ -216,8 +216,15 @@ func (p *Inbound) Trusts(ctx context.Context, peer Peer) bool {
 	return p != nil && p.trust(ctx, peer)
 }
 
-// Counts returns what the policy has seen so far.
+// nilInbound is what a nil *Inbound applies: NewInbound(nil), trusting no
+// peer, with counts of its own.
+var nilInbound = NewInbound(nil)
+
+// Counts returns what the policy has seen so far; a nil policy's, nothing.
 func (p *Inbound) Counts() Counts {
+	if p == nil {
+		return Counts{}
+	}
 	return Counts{
 		Accepted: p.n.accepted.Load(), Untrusted: p.n.untrusted.Load(), Rejected: p.n.rejected.Load(),
 		TooLarge: p.n.tooLarge.Load(), Malformed: p.n.malformed.Load(), Duplicate: p.n.duplicate.Load(),
@@ -251,7 +258,19 @@ var canonicalBaggage = http.CanonicalHeaderKey(baggageHeader)
 // record and AMQP message) is bound to that message or destination and is
 // removed once the session is accepted: no next hop binds the same, so it
 // could verify nowhere else.
+//
+// A nil policy is NewInbound(nil)'s: it trusts no peer. A nil carrier
+// returns ctx Reset and an error; a nil ctx is context.Background().
 func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, carrier otelprop.TextMapCarrier, peer Peer) (context.Context, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if p == nil {
+		p = nilInbound
+	}
+	if carrier == nil {
+		return otelsession.Reset(ctx), fmt.Errorf("extract session from %s: nil carrier", peer.Transport)
+	}
 	if prop == nil {
 		prop = otel.GetTextMapPropagator()
 	}
@@ -325,9 +344,13 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	if errors.Is(err, ErrMalformedMember) && !readsBaggage(prop) {
 		// Every member the header named is missing because nothing read
 		// the header: say so, rather than blame the sender's members.
-		err = fmt.Errorf("extract session from %s: %w (its fields: %s): set otel.SetTextMapPropagator("+
+		fields := "it reads no header: the OTel global until otel.SetTextMapPropagator is called"
+		if f := prop.Fields(); len(f) > 0 {
+			fields = "it reads " + strings.Join(f, ", ")
+		}
+		err = fmt.Errorf("extract session from %s: %w (%s): set otel.SetTextMapPropagator("+
 			"propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})), or pass one with propagation.Baggage{}",
-			peer.Transport, ErrNoBaggagePropagator, strings.Join(prop.Fields(), ", "))
+			peer.Transport, ErrNoBaggagePropagator, fields)
 		reportOnce(err)
 		return otelsession.Reset(ctx), err
 	}
@@ -602,7 +625,31 @@ func scanSessionKeys(lines []string, written *writtenMembers) (keySet, error) {
 	if members > otelsession.MaxBaggageMembers && seen != 0 {
 		errs = append(errs, fmt.Errorf("%d members, limit %d: %w", members, otelsession.MaxBaggageMembers, ErrBaggageTooLarge))
 	}
-	return seen, errors.Join(errs...)
+	return seen, joinListed(errs)
+}
+
+// maxListed bounds how many members an error names: a hostile header holds
+// up to 64, and an error is logged.
+const maxListed = 8
+
+// joinListed is errors.Join of errs, naming the first maxListed; the rest
+// are counted, and still match their kinds with errors.Is.
+func joinListed(errs []error) error {
+	if len(errs) <= maxListed {
+		return errors.Join(errs...)
+	}
+	rest := errs[maxListed:]
+	format, kinds := "and %d more like them (", []any{len(rest)}
+	for _, kind := range []error{ErrBaggageTooLarge, ErrMalformedMember, ErrDuplicateMember, ErrInvalidValue, ErrLocalField, ErrUnknownSessionKey} {
+		if slices.ContainsFunc(rest, func(e error) bool { return errors.Is(e, kind) }) {
+			if len(kinds) > 1 {
+				format += "; "
+			}
+			format += "%w"
+			kinds = append(kinds, kind)
+		}
+	}
+	return errors.Join(append(errs[:maxListed:maxListed], fmt.Errorf(format+")", kinds...))...)
 }
 
 // keyEnds marks the bytes that end a raw member's key: "=", ";" and ",".
@@ -950,7 +997,7 @@ func (in *inboundSession) check(b baggage.Baggage, seen keySet, noRaw bool, writ
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return joinListed(errs)
 }
 
 // member returns the member of b for row c: read from the line when

@@ -3,6 +3,7 @@ package propagation_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -497,4 +498,38 @@ func TestAPropagatorWithoutBaggageIsNamed(t *testing.T) {
 	_, err = policy.Extract(context.Background(), both, otelprop.MapCarrier{"baggage": "session.chat_id=4 2"}, propagation.Peer{Transport: "http"})
 	require.ErrorIs(t, err, propagation.ErrMalformedMember)
 	assert.NotErrorIs(t, err, propagation.ErrNoBaggagePropagator)
+}
+
+// Mistakes a new user makes get an answer, not a panic: a nil policy trusts
+// no peer, a nil carrier is an error.
+func TestInboundNilArguments(t *testing.T) {
+	t.Parallel()
+	var nilPolicy *propagation.Inbound
+	carrier := otelprop.MapCarrier{"baggage": "session.chat_id=42"}
+	ctx, err := nilPolicy.Extract(context.Background(), w3cProp, carrier, propagation.Peer{Transport: "http"})
+	require.NoError(t, err)
+	_, st := otelsession.Lookup(ctx, otelsession.FieldChatID)
+	assert.Equal(t, otelsession.Unset, st, "a nil policy trusts no peer")
+	assert.Equal(t, propagation.Counts{}, nilPolicy.Counts())
+	assert.False(t, nilPolicy.Trusts(context.Background(), propagation.Peer{Transport: "env"}))
+
+	_, err = propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), w3cProp, nil, propagation.Peer{Transport: "http"})
+	require.ErrorContains(t, err, "extract session from http: nil carrier")
+}
+
+// A hostile header can name 60 unknown session keys: the error names eight
+// and counts the rest, instead of growing with the input.
+func TestInboundErrorNamesAFewMembers(t *testing.T) {
+	t.Parallel()
+	var members []string
+	for i := range 60 {
+		members = append(members, fmt.Sprintf("session.future%d=x", i))
+	}
+	carrier := otelprop.MapCarrier{"baggage": strings.Join(members, ",")}
+	_, err := propagation.NewInbound(propagation.TrustAll).Extract(context.Background(), w3cProp, carrier, propagation.Peer{Transport: "http"})
+	require.ErrorIs(t, err, propagation.ErrUnknownSessionKey)
+	assert.Contains(t, err.Error(), `"session.future7"`)
+	assert.NotContains(t, err.Error(), `"session.future8"`)
+	assert.Contains(t, err.Error(), "and 52 more like them (unknown key in the session namespace)")
+	assert.Less(t, len(err.Error()), 1000)
 }
