@@ -813,8 +813,10 @@ func TestDirectMessagesGoToTheirUser(t *testing.T) {
 	posts := []struct{ platform, body string }{
 		{"discord", `{"id":"900","channel_id":"DM1","author":{"id":"u7"},"content":"hi","background":true}`},
 		{"discord", `{"id":"901","channel_id":"T9","parent_id":"C9","author":{"id":"u7"},"content":"hi"}`}, // a thread without its guild
-		{"telegram", `{"message_id":5,"chat":{"id":555,"type":"private"},"from":{"id":555},"text":"hi"}`},
-		{"slack", `{"team":"T1","channel":"D01","channel_type":"im","ts":"1700000000.000200","user":"U1","text":"hi"}`},
+		// As the platforms post them to a webhook: a Telegram Update, a
+		// Slack Events API envelope.
+		{"telegram", `{"update_id":1,"message":{"message_id":5,"chat":{"id":555,"type":"private"},"from":{"id":555},"text":"hi"}}`},
+		{"slack", `{"type":"event_callback","team_id":"T1","event":{"type":"message","channel":"D01","channel_type":"im","ts":"1700000000.000200","user":"U1","text":"hi"}}`},
 		{"slack", `{"team":"T1","channel":"C01","channel_type":"group","ts":"1700000000.000300","user":"U1","text":"hi"}`},
 	}
 	for _, p := range posts {
@@ -893,11 +895,47 @@ func TestIngressRefusesBadMessages(t *testing.T) {
 		{"api", `{"request_id":"r\ufffd"}`, http.StatusBadRequest, "session.chat_id"},
 		{"telegram", `{"message_id":1,"text":"` + strings.Repeat("x", maxMessageBytes) + `"}`, http.StatusRequestEntityTooLarge, "too large"},
 		{"irc", `{}`, http.StatusNotFound, `unknown platform "irc"`},
+		{"discord", `{"id":"1","channel_id":"C"} {"id":"2"}`, http.StatusBadRequest, "data after the JSON value"},
+		{"slack", `{"type":"event_callback","team_id":"T1"}`, http.StatusBadRequest, "slack event_callback without an event"},
+		// What a platform must not post again: answered 200, nothing queued.
+		{"telegram", `{"update_id":9,"edited_message":{"message_id":7,"chat":{"id":5},"text":"hi!"}}`, http.StatusOK, "ignored: an edit"},
+		{"telegram", `{"update_id":9,"callback_query":{"id":"q1"}}`, http.StatusOK, "ignored: an update without a message"},
+		{"slack", `{"type":"event_callback","team_id":"T1","event":{"type":"message","bot_id":"B1","channel":"C1","ts":"1.2"}}`, http.StatusOK, "ignored: a bot's message"},
+		{"slack", `{"type":"event_callback","team_id":"T1","event":{"type":"message","subtype":"message_changed","channel":"C1","ts":"1.2"}}`, http.StatusOK, `ignored: a "message_changed" message`},
+		{"slack", `{"type":"event_callback","team_id":"T1","event":{"type":"reaction_added"}}`, http.StatusOK, `ignored: a "reaction_added" event`},
+		{"slack", `{"type":"url_verification","challenge":"3eZbrw1aB"}`, http.StatusOK, `{"challenge":"3eZbrw1aB"}`},
 	} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/"+c.platform+"/messages", strings.NewReader(c.body)))
 		assert.Equal(t, c.code, rec.Code, "%s %.60s: %s", c.platform, c.body, rec.Body)
 		assert.Contains(t, rec.Body.String(), c.says, "%s %.60s", c.platform, c.body)
+	}
+}
+
+// The ingress takes what the platforms post to a webhook, not only the bare
+// message: a Telegram Update and a Slack Events API envelope give the same
+// session as the message they hold.
+func TestIngressTakesThePlatformsWebhooks(t *testing.T) {
+	for _, c := range []struct{ platform, webhook, bare string }{
+		{"telegram", `{"update_id":812,"message":{"message_id":7,"chat":{"id":555,"type":"private"},"from":{"id":555,"first_name":"Ada"},"text":"hi"}}`,
+			`{"message_id":7,"chat":{"id":555,"type":"private"},"from":{"id":555,"first_name":"Ada"},"text":"hi"}`},
+		{"telegram", `{"update_id":813,"channel_post":{"message_id":8,"chat":{"id":-1009,"type":"channel"},"text":"hi"}}`,
+			`{"message_id":8,"chat":{"id":-1009,"type":"channel"},"text":"hi"}`},
+		{"slack", `{"type":"event_callback","team_id":"T1","event_id":"Ev1","event":{"type":"message","channel":"C1","channel_type":"channel","user":"U1","text":"hi","ts":"1700000001.000200","thread_ts":"1700000000.000100"}}`,
+			`{"team":"T1","channel":"C1","channel_type":"channel","user":"U1","text":"hi","ts":"1700000001.000200","thread_ts":"1700000000.000100"}`},
+		{"slack", `{"type":"event_callback","team_id":"T1","event":{"type":"message","subtype":"thread_broadcast","channel":"C1","user":"U1","text":"hi","ts":"1700000002.000200","thread_ts":"1700000000.000100"}}`,
+			`{"team":"T1","channel":"C1","user":"U1","text":"hi","ts":"1700000002.000200","thread_ts":"1700000000.000100"}`},
+	} {
+		post := func(body string) (otelsession.Session, job) {
+			s, j, err := normalise(c.platform, httptest.NewRequest(http.MethodPost, "/v1/"+c.platform+"/messages", strings.NewReader(body)))
+			require.NoError(t, err, body)
+			return s, j
+		}
+		ws, wj := post(c.webhook)
+		bs, bj := post(c.bare)
+		assert.Equal(t, bs, ws, c.webhook)
+		assert.Equal(t, bj, wj, c.webhook)
+		assert.NotEmpty(t, ws.ChatID)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -66,6 +67,101 @@ type (
 	}
 )
 
+// What the platforms post to a webhook. Telegram posts an Update, holding
+// the message (or something else: an edit, a button press); Slack's Events
+// API posts an event_callback envelope holding the event, and, once, a
+// url_verification challenge when the endpoint is configured. The ingress
+// takes these, and the bare message too (as the load driver posts it).
+type (
+	telegramWebhook struct {
+		UpdateID      *int64          `json:"update_id"`
+		Message       *telegramUpdate `json:"message"`
+		ChannelPost   *telegramUpdate `json:"channel_post"`
+		EditedMessage json.RawMessage `json:"edited_message"`
+		telegramUpdate
+	}
+	slackWebhook struct {
+		Type      string `json:"type"` // url_verification, event_callback; "" for a bare event
+		Challenge string `json:"challenge"`
+		TeamID    string `json:"team_id"`
+		Event     *struct {
+			Type    string `json:"type"`
+			Subtype string `json:"subtype"`
+			BotID   string `json:"bot_id"`
+			slackEvent
+		} `json:"event"`
+		slackEvent
+	}
+)
+
+// ignored is a webhook delivery the gateway answers 200 and does nothing
+// with: a platform retries anything else, and this would never succeed.
+type ignored struct{ why string }
+
+func (i ignored) Error() string { return "ignored: " + i.why }
+
+// challenge is Slack's url_verification: the ingress answers it with the
+// challenge, which proves to Slack that the endpoint is the app's.
+type challenge struct{ value string }
+
+func (c challenge) Error() string { return "slack url_verification" }
+
+// message is the update's message, or why there is none to answer.
+func (w *telegramWebhook) message() (*telegramUpdate, error) {
+	switch {
+	case w.UpdateID == nil:
+		return &w.telegramUpdate, nil // the bare message
+	case w.Message != nil:
+		return w.Message, nil
+	case w.ChannelPost != nil:
+		return w.ChannelPost, nil
+	case w.EditedMessage != nil:
+		return nil, ignored{"an edit of a message (the original was answered)"}
+	}
+	return nil, ignored{"an update without a message (only messages are answered)"}
+}
+
+// message is the envelope's message event, or why there is none to answer.
+func (w *slackWebhook) message() (*slackEvent, error) {
+	switch w.Type {
+	case "":
+		return &w.slackEvent, nil // the bare event
+	case "url_verification":
+		return nil, challenge{w.Challenge}
+	case "event_callback":
+	default:
+		return nil, ignored{fmt.Sprintf("a %q envelope (only event_callback carries messages)", w.Type)}
+	}
+	e := w.Event
+	switch {
+	case e == nil:
+		return nil, fmt.Errorf("slack event_callback without an event")
+	case e.Type != "message":
+		return nil, ignored{fmt.Sprintf("a %q event (only messages are answered)", e.Type)}
+	case e.BotID != "" || e.Subtype == "bot_message":
+		return nil, ignored{"a bot's message (answering it could loop)"}
+	case e.Subtype != "" && e.Subtype != "thread_broadcast" && e.Subtype != "file_share":
+		return nil, ignored{fmt.Sprintf("a %q message (only new messages are answered)", e.Subtype)}
+	}
+	m := e.slackEvent
+	if m.Team == "" {
+		m.Team = w.TeamID // the workspace, when the event itself does not name it
+	}
+	return &m, nil
+}
+
+// decodeOne decodes the body's one JSON value into v: anything after it is
+// an error, as a body the platform did not send whole.
+func decodeOne(dec *json.Decoder, v any) error {
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
 // nonZero is a Telegram id as text, or "" for a missing one (0).
 func nonZero(id int64) string {
 	if id == 0 {
@@ -95,9 +191,13 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 	var j job
 	switch platform {
 	case "telegram":
-		var m telegramUpdate
-		if err := dec.Decode(&m); err != nil {
+		var w telegramWebhook
+		if err := decodeOne(dec, &w); err != nil {
 			return s, j, fmt.Errorf("decode a telegram update: %w", err)
+		}
+		m, err := w.message()
+		if err != nil {
+			return s, j, err
 		}
 		// Telegram's ids are never 0: a 0 is a field the update lacked.
 		s = otelsession.Session{Platform: "telegram", ChatID: nonZero(m.Chat.ID), ChatType: telegramChats[m.Chat.Type],
@@ -106,7 +206,7 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		j = job{ID: s.MessageID, Text: m.Text, Background: m.Background}
 	case "discord":
 		var m discordMessage
-		if err := dec.Decode(&m); err != nil {
+		if err := decodeOne(dec, &m); err != nil {
 			return s, j, fmt.Errorf("decode a discord message: %w", err)
 		}
 		s = otelsession.Session{Platform: "discord", ScopeID: m.GuildID, ChatID: m.ChannelID, ParentChatID: m.ParentID,
@@ -121,16 +221,20 @@ func normalise(platform string, r *http.Request) (otelsession.Session, job, erro
 		}
 		j = job{ID: m.ID, Text: m.Content, Background: m.Background}
 	case "slack":
-		var m slackEvent
-		if err := dec.Decode(&m); err != nil {
+		var w slackWebhook
+		if err := decodeOne(dec, &w); err != nil {
 			return s, j, fmt.Errorf("decode a slack event: %w", err)
+		}
+		m, err := w.message()
+		if err != nil {
+			return s, j, err
 		}
 		s = otelsession.Session{Platform: "slack", ScopeID: m.Team, ChatID: m.Channel, ThreadID: m.ThreadTS,
 			ChatType: slackChannels[m.ChannelType], UserID: m.User, MessageID: m.TS}
 		j = job{ID: m.TS, Text: m.Text, Background: m.Background}
 	case "api":
 		var m apiRequest
-		if err := dec.Decode(&m); err != nil {
+		if err := decodeOne(dec, &m); err != nil {
 			return s, j, fmt.Errorf("decode an API request: %w", err)
 		}
 		s = otelsession.Session{Platform: "api_server", ChatID: m.RequestID, UserID: m.User, MessageID: m.RequestID, Stateless: true}
@@ -165,6 +269,18 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 	mux.HandleFunc("POST /v1/{platform}/messages", func(w http.ResponseWriter, r *http.Request) {
 		platform := r.PathValue("platform")
 		s, j, err := normalise(platform, r)
+		var skip ignored
+		var ch challenge
+		switch {
+		case errors.As(err, &ch):
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]string{"challenge": ch.value})
+			return
+		case errors.As(err, &skip):
+			// 200, or the platform would post it again and again.
+			fmt.Fprintln(w, "gateway: "+skip.Error())
+			return
+		}
 		if err != nil {
 			// Nothing is queued. A platform retries a 5xx, never a 4xx: the
 			// same message would be refused again.
