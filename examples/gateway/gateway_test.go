@@ -939,6 +939,28 @@ func TestIngressTakesThePlatformsWebhooks(t *testing.T) {
 	}
 }
 
+// A load balancer asks /healthz: while NATS is away the ingress can queue
+// nothing, and says so instead of taking posts it would answer 503 after 8 s.
+func TestHealthzFollowsNATS(t *testing.T) {
+	ns, stop, err := embeddedNATS()
+	require.NoError(t, err)
+	defer stop()
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, js)
+	health := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code
+	}
+	assert.Equal(t, http.StatusNoContent, health())
+	ns.Shutdown()
+	assert.Eventually(t, func() bool { return health() == http.StatusServiceUnavailable }, 5*time.Second, 20*time.Millisecond)
+}
+
 // headerMsg is a JetStream message with headers and nothing else.
 type headerMsg struct {
 	jetstream.Msg

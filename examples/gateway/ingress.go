@@ -317,6 +317,14 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// Unhealthy while NATS is away: a load balancer then sends posts
+		// elsewhere instead of waiting 8 s for each 503.
+		if js != nil && !js.Conn().IsConnected() {
+			http.Error(w, "gateway: not connected to NATS", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	return mux
 }
