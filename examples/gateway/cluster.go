@@ -355,6 +355,9 @@ func runAll(ctx context.Context, c config) error {
 		t.procs.stop()
 		kills = t.procs.kills
 	}
+	if c.chaos {
+		s.WorkersKilled = kills
+	}
 	t.stop()
 	if err != nil {
 		return err

@@ -300,6 +300,7 @@ type summary struct {
 	CompletionP99ms    float64 `json:"completion_latency_p99_ms"`
 	PeakRSSMiB         float64 `json:"peak_rss_mib"`
 	Fault              *fault  `json:"fault,omitempty"`
+	WorkersKilled      int     `json:"workers_killed,omitempty"` // --chaos: worker processes SIGKILLed and replaced
 	// The latencies in full, a histogram each: from when a message was
 	// posted (a burst) or due (an open loop) to its delivery.
 	Reply      latencyStats `json:"reply_latency"`
