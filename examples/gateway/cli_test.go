@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -371,4 +372,17 @@ func TestGRPCListenAddr(t *testing.T) {
 	assert.Equal(t, "0.0.0.0:9091", grpcListenAddr("0.0.0.0:9090", "0.0.0.0:9091"))
 	assert.Equal(t, "10.1.0.5:0", grpcListenAddr("10.1.0.5:9090", ""))
 	assert.Equal(t, "127.0.0.1:0", grpcListenAddr("nonsense", ""))
+}
+
+// A NATS server started without JetStream answers none of its API: the
+// role says so, and what to turn on, instead of "no responders".
+func TestARoleOnNATSWithoutJetStream(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	defer ns.Shutdown()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	r := gateway(t, time.Minute, "--role", "gateway", "--nats-url", ns.ClientURL(), "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "is JetStream enabled on the NATS server (nats-server -js")
 }

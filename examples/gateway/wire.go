@@ -165,6 +165,11 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 		s.Duplicates = 5 * time.Minute
 		s.Replicas = keptReplicas(ctx, js, s.Name, replicas, l.update)
 		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
+			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+				// Nothing answers JetStream's API: the server runs without it.
+				return fmt.Errorf("create stream %s: %w: is JetStream enabled on the NATS server "+
+					"(nats-server -js, or jetstream {} in its configuration)?", s.Name, err)
+			}
 			return fmt.Errorf("create stream %s with %d replicas: %w", s.Name, s.Replicas, err)
 		}
 	}
