@@ -81,6 +81,8 @@ func TestCommandLineErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--bogus"}, "unknown flag --bogus"},
+		{[]string{"--messages=abc"}, `invalid value "abc" for flag --messages`},
+		{[]string{"--messages"}, "flag needs an argument: --messages"},
 		{[]string{"--messages", "600", "stray"}, `unexpected argument "stray"`},
 		{[]string{"--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"--timeout", "-5s"}, "--timeout must be positive"},

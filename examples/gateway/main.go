@@ -133,7 +133,11 @@ func parseFlags(args []string) (config, error) {
 		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
 			return c, usagef("unknown flag --%s", name)
 		}
-		return c, usageError{err}
+		// The flag package names a flag with one dash; the gateway's help,
+		// errors and README use two.
+		msg := strings.Replace(err.Error(), " for flag -", " for flag --", 1)
+		msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
+		return c, usageError{errors.New(msg)}
 	}
 	if fs.NArg() > 0 {
 		return c, usagef("unexpected argument %q: the gateway takes flags only (such as --messages 600)", fs.Arg(0))
