@@ -48,6 +48,7 @@ var ErrInvalidOrigin = errors.New("invalid routing origin")
 // OriginFrom captures the routing origin of the session bound in ctx, and its
 // current span context. Unset and Cleared fields are "".
 func OriginFrom(ctx context.Context) Origin {
+	ctx = orBackground(ctx)
 	get := func(f Field) string { v, _ := Lookup(ctx, f); return v }
 	o := Origin{
 		Platform: get(FieldPlatform), ChatID: get(FieldChatID), ChatType: get(FieldChatType), ThreadID: get(FieldThreadID),

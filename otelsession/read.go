@@ -26,6 +26,7 @@ func Lookup(ctx context.Context, f Field) (string, State) {
 	if !f.Valid() {
 		return "", Unset
 	}
+	ctx = orBackground(ctx)
 	if j := localIndex[f-1]; j >= 0 {
 		return localState(ctx, j)
 	}
@@ -80,6 +81,7 @@ func memberState(b baggage.Baggage, key string) (string, State) {
 // or name is not a session field) it returns the fallback environment's value
 // when the variable exists, even if empty, and def when it does not.
 func Getenv(ctx context.Context, name, def string) string {
+	ctx = orBackground(ctx)
 	// envByAddr, then envEntryOf, written out: a literal name costs one
 	// multiplication and one load, where envEntryOf's hash of its bytes
 	// cost a baggage no sessionwire code built about 5 points of a bare
@@ -130,6 +132,7 @@ func Getenv(ctx context.Context, name, def string) string {
 // tell them apart, [Getenv] to fall back to the environment). The cron
 // auto-deliver fields are not part of a Session.
 func FromContext(ctx context.Context) Session {
+	ctx = orBackground(ctx)
 	// One reading of the context (Range), not one per field.
 	var vals [numFields]string
 	Range(ctx, func(f Field, v string, _ State) bool { vals[f-1] = v; return true })
@@ -168,6 +171,7 @@ func FromContext(ctx context.Context) Session {
 // Cwd returns the session's logical working directory, or "" when none is
 // bound.
 func Cwd(ctx context.Context) string {
+	ctx = orBackground(ctx)
 	if l := localFrom(ctx); l != nil {
 		return l.cwd
 	}
@@ -176,6 +180,7 @@ func Cwd(ctx context.Context) string {
 
 // IsDelegatedChild reports whether ctx was derived from [WithDelegatedChild].
 func IsDelegatedChild(ctx context.Context) bool {
+	ctx = orBackground(ctx)
 	l := localFrom(ctx)
 	return l != nil && l.delegated
 }
@@ -196,6 +201,7 @@ var nonMessagingSurfaces = map[string]bool{
 // api_server, webhook, …). It is default-deny: an identity it does not know
 // counts as messaging, so a new chat platform is never treated as private.
 func IsMessagingSurface(ctx context.Context) bool {
+	ctx = orBackground(ctx)
 	platform := fallback.Getenv(ctx, "HERMES_PLATFORM")
 	if platform == "" {
 		platform = Getenv(ctx, FieldPlatform.Name(), "")
@@ -215,6 +221,7 @@ func IsMessagingSurface(ctx context.Context) bool {
 // environment), whose parent is gone when a late completion arrives. Otherwise
 // it is true: async delivery is opt-out.
 func AsyncDeliverySupported(ctx context.Context) bool {
+	ctx = orBackground(ctx)
 	if fallback.Getenv(ctx, "HERMES_KANBAN_TASK") != "" {
 		return false
 	}
@@ -230,6 +237,7 @@ func declaredStateless(ctx context.Context) bool {
 // state in ctx, until fn returns false. It reads the context once, so it is
 // the cheap way to visit a whole session (span and log processors do).
 func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
+	ctx = orBackground(ctx)
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
 	// A baggage with a record (a writer's, an inbound policy's) is read from
@@ -264,6 +272,7 @@ func Range(ctx context.Context, fn func(f Field, value string, st State) bool) {
 // of a large session costs a few look-ups (the span processor's default set
 // does). Invalid fields are skipped.
 func RangeFields(ctx context.Context, fields []Field, fn func(f Field, value string, st State) bool) {
+	ctx = orBackground(ctx)
 	b := baggage.FromContext(ctx)
 	l := localFrom(ctx)
 	n := b.Len()
@@ -416,4 +425,13 @@ func fieldByEnv(name string) Field {
 		return e.f
 	}
 	return 0
+}
+
+// orBackground is ctx, or context.Background() for a nil one: a reader takes
+// a nil context as Bind, Clear and Reset do, as an empty one.
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }

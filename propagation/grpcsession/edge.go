@@ -337,6 +337,10 @@ func (c *config) clientError(ctx context.Context, method string, err error) {
 		c.onError(ctx, method, err)
 		return
 	}
+	if method == "" {
+		otel.Handle(err) // outside a call: err names where it arose
+		return
+	}
 	otel.Handle(fmt.Errorf("grpcsession: outgoing call %s: %w", method, err))
 }
 

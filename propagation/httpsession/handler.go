@@ -91,8 +91,11 @@ type handler struct {
 // code behind Handler that extracts the header again (otelhttp.NewHandler, a
 // proxy forwarding it) cannot revive the refused session. A span already
 // started for the request in front of Handler (by otelhttp.NewHandler) stays
-// the current span.
+// the current span. A nil next is http.DefaultServeMux, as in http.Server.
 func Handler(next http.Handler, opts ...Option) http.Handler {
+	if next == nil {
+		next = http.DefaultServeMux
+	}
 	h := &handler{next: next}
 	for _, o := range opts {
 		if o.apply != nil {
