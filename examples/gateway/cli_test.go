@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -387,4 +390,52 @@ func TestARoleOnNATSWithoutJetStream(t *testing.T) {
 	r := gateway(t, time.Minute, "--role", "gateway", "--nats-url", ns.ClientURL(), "--listen", "127.0.0.1:0")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "is JetStream enabled on the NATS server (nats-server -js")
+}
+
+// A role started before NATS waits for it, and says so, instead of exiting
+// at once: a fleet started together comes up in any order.
+func TestARoleWaitsForNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	cmd := exec.Command(os.Args[0], "--role", "gateway", "--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	var errOut syncBuffer
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	require.Eventually(t, func() bool { return strings.Contains(errOut.String(), "no NATS server answers") }, 20*time.Second, 50*time.Millisecond)
+
+	dir := t.TempDir()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	defer ns.Shutdown()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "stderr: %s", errOut.String())
+	assert.True(t, strings.HasPrefix(line, "ready gateway "), line)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait())
+}
+
+// syncBuffer is a bytes.Buffer a child process writes while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -220,18 +220,45 @@ func propagatorFor(store string) propagation.TextMapPropagator {
 	return propagation.TraceContext{}
 }
 
+// connectPatience is how long a role waits for a NATS server to answer at
+// start-up.
+const connectPatience = 30 * time.Second
+
 // connect opens NATS and JetStream and makes sure the streams exist.
 func connect(ctx context.Context, url, name string, l layout) (*nats.Conn, jetstream.JetStream, error) {
 	// A lost server closes its connections at once: try the others without
 	// the default 2 s pause, and forever.
 	errs := &onceLog{who: name + ": nats"}
-	nc, err := nats.Connect(url, nats.Name("sessionwire-gateway-"+name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+	opts := []nats.Option{nats.Name("sessionwire-gateway-" + name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
 		// The library prints every failed write to a lost server; once per kind is enough.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs.print(err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				fmt.Fprintf(os.Stderr, "%s: lost the connection to NATS (%v); reconnecting\n", name, err)
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			fmt.Fprintf(os.Stderr, "%s: reconnected to NATS at %s\n", name, nc.ConnectedUrlRedacted())
-		}))
+		})}
+	// Roles may start before NATS does (a fleet started at once): wait a
+	// while for it, and say so, before giving up.
+	var nc *nats.Conn
+	var err error
+	for deadline, told := time.Now().Add(connectPatience), false; ; {
+		if nc, err = nats.Connect(url, opts...); !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline) {
+			break
+		}
+		if !told {
+			fmt.Fprintf(os.Stderr, "%s: no NATS server answers at %s yet; trying again for %v\n", name, url, connectPatience)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, errInterrupted)
+		case <-time.After(time.Second):
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
