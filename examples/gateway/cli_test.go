@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sessionwire/sessionwire/internal/syncbuf"
 )
 
 // cliEnv makes the test binary run main(), so that these tests run the
@@ -402,7 +403,7 @@ func TestARoleWaitsForNATS(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "--role", "gateway", "--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
-	var errOut syncBuffer
+	var errOut syncbuf.Buffer
 	cmd.Stderr = &errOut
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -420,22 +421,4 @@ func TestARoleWaitsForNATS(t *testing.T) {
 	assert.True(t, strings.HasPrefix(line, "ready gateway "), line)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait())
-}
-
-// syncBuffer is a bytes.Buffer a child process writes while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/examples/internal/demotrace"
 	"github.com/sessionwire/sessionwire/examples/internal/threadrpc"
+	"github.com/sessionwire/sessionwire/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -121,7 +121,7 @@ func tryJaeger(t *testing.T, bin string) (otlp, query string, inUse bool) {
 	cmd := exec.CommandContext(ctx, bin, "--config=file:"+filepath.Join("..", "..", "collector-config", "jaeger.yaml"))
 	cmd.Env = append(os.Environ(), "JAEGER_OTLP_HTTP="+otlp, "JAEGER_OTLP_GRPC="+addrs[2],
 		"JAEGER_QUERY_HTTP="+query, "JAEGER_QUERY_GRPC="+addrs[3])
-	logs := new(syncBuffer)
+	logs := new(syncbuf.Buffer)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.WaitDelay = 5 * time.Second
 	require.NoError(t, cmd.Start())
@@ -158,25 +158,6 @@ func tryJaeger(t *testing.T, bin string) (otlp, query string, inUse bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a strings.Builder that a process's output can be written
-// to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // tracesByTag asks Jaeger for the traces of service holding a span tagged
