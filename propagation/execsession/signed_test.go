@@ -128,13 +128,19 @@ func TestAChildThatDistrustsItsParentReadsNoUnverifiedVariable(t *testing.T) {
 	}
 	remote := []otelsession.Field{otelsession.FieldThreadID, otelsession.FieldScopeID}
 	local := []otelsession.Field{otelsession.FieldUISessionID, otelsession.FieldBrowserControlPrincipal}
+	// start runs a child from ctx, the parent writing the hostile variables
+	// and extra beside what Command writes.
+	start := func(t *testing.T, ctx context.Context, mode string, extra ...string) *report {
+		cmd := execsession.Command(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(cmd.Env, hostile...), extra...)
+		r := child(t, cmd, mode)
+		require.Empty(t, r.Err, "an unsigned session from a distrusted parent is stripped, not an error")
+		return r
+	}
 
 	t.Run("signed session", func(t *testing.T) {
 		t.Parallel()
-		cmd := execsession.Command(signed, os.Args[0], "-test.run=^$")
-		cmd.Env = append(cmd.Env, hostile...)
-		r := child(t, cmd, modeDistrust)
-		require.Empty(t, r.Err)
+		r := start(t, signed, modeDistrust)
 		for _, rep := range []*report{r, r.Grandchild} {
 			assert.Equal(t, fieldSeen{Value: "42", State: "set", Getenv: "42"}, rep.Fields[otelsession.FieldChatID.Name()])
 		}
@@ -150,10 +156,7 @@ func TestAChildThatDistrustsItsParentReadsNoUnverifiedVariable(t *testing.T) {
 	t.Run("forged session", func(t *testing.T) {
 		t.Parallel()
 		forged := otelsession.With(ctx, otelsession.FieldChatID, "attacker-chat") // unsigned
-		cmd := execsession.Command(forged, os.Args[0], "-test.run=^$")
-		cmd.Env = append(cmd.Env, append(hostile, "HERMES_SESSION_CHAT_ID=attacker-chat")...)
-		r := child(t, cmd, modeDistrust)
-		require.Empty(t, r.Err, "an unsigned session from a distrusted parent is stripped, not an error")
+		r := start(t, forged, modeDistrust, "HERMES_SESSION_CHAT_ID=attacker-chat")
 		for _, f := range append(append(remote, local...), otelsession.FieldChatID) {
 			unread(t, r, f)
 			requireAbsent(t, r.Grandchild, f)
@@ -161,10 +164,7 @@ func TestAChildThatDistrustsItsParentReadsNoUnverifiedVariable(t *testing.T) {
 	})
 	t.Run("a child that trusts its parent reads them", func(t *testing.T) {
 		t.Parallel()
-		cmd := execsession.Command(signed, os.Args[0], "-test.run=^$")
-		cmd.Env = append(cmd.Env, hostile...)
-		r := child(t, cmd, modeReport)
-		require.Empty(t, r.Err)
+		r := start(t, signed, modeReport)
 		assert.Equal(t, "evil-thread", r.Fields[otelsession.FieldThreadID.Name()].Getenv, "the legacy fallback, as documented")
 		assert.Equal(t, "evil-tab", r.Fields[otelsession.FieldUISessionID.Name()].Value)
 	})
