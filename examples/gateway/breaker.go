@@ -28,7 +28,8 @@ type breaker struct {
 	failures int       // in a row
 	until    time.Time // open until then
 	pause    time.Duration
-	probing  bool // a probe's call is under way
+	probing  bool  // a probe's call is under way
+	last     error // the last failure, which the work not called is told
 }
 
 // shut reports whether a call now would be refused: the breaker is open and
@@ -63,10 +64,11 @@ func (b *breaker) done(probe bool, err error, now time.Time) {
 		b.probing = false
 	}
 	if err == nil {
-		b.failures, b.pause, b.until = 0, 0, time.Time{}
+		b.failures, b.pause, b.until, b.last = 0, 0, time.Time{}, nil
 		return
 	}
 	b.failures++
+	b.last = err
 	// A failed probe, or a failure once the pause is over (a call made
 	// before the breaker opened), opens it for the next pause; the calls
 	// that fail during a pause were made before it and change nothing.
@@ -81,7 +83,7 @@ func (b *breaker) done(probe bool, err error, now time.Time) {
 func (b *breaker) errShut() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return fmt.Errorf("%w: it failed %d times in a row (the next try within %v)", errNotCalled, b.failures, b.pause)
+	return fmt.Errorf("%w: it failed %d times in a row, the last: %v (the next try within %v)", errNotCalled, b.failures, b.last, b.pause)
 }
 
 // call makes the call f unless the breaker refuses it.

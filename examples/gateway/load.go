@@ -180,6 +180,11 @@ type platforms struct {
 	earlier    int             // posts for messages of another run
 	arrived    chan struct{}
 	out        outage // --fault platform-down
+	// refuse answers every post to some chats (by platform/chat) with a
+	// status, and a body like Telegram's ("bot was blocked by the user" is
+	// its 403): a test's. refusedPosts counts those posts, by kind.key.
+	refuse       map[string]int
+	refusedPosts map[string]int
 }
 
 // outage is a service refusing every call until a moment (a fault), and
@@ -245,6 +250,17 @@ func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := delivery{notification: post.notification, Platform: r.URL.Path[1:], At: time.Now()}
 	p.mu.Lock()
+	if status := p.refuse[d.Platform+"/"+d.Origin.ChatID]; status != 0 {
+		if p.refusedPosts == nil {
+			p.refusedPosts = map[string]int{}
+		}
+		p.refusedPosts[d.Kind+"."+d.Key]++
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"ok":false,"error_code":%d,"description":"%s: the stand-in platform refuses this chat"}`, status, http.StatusText(status))
+		return
+	}
 	if !ofRun(d.ID, p.run) {
 		p.earlier++ // answered as delivered: it is, to an earlier run's chat
 		p.mu.Unlock()

@@ -80,6 +80,7 @@ type config struct {
 	duration      time.Duration         // open loop: how long to post at rate
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
 	key           sessionprop.Key       // the gateway signs with it, workers verify with it
+	routerLog     io.Writer             // where an in-process router logs; nil: standard error (a test's)
 }
 
 // demoKey signs sessions when SESSIONWIRE_SIGNING_KEY is not set. It is in
@@ -339,6 +340,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 			return "", fmt.Errorf("router: %w", err)
 		}
 		rt := newRouter(c.store, verifier, js, nc, c.platformURL, tp)
+		rt.errs.out, rt.refusals.out = c.routerLog, c.routerLog
 		return "", started(done, func(ready func()) error { return rt.run(ctx, c.ackWait, 4*c.concurrency, ready) })
 	}
 	return "", fmt.Errorf("unknown role %q", role)

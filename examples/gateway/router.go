@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,6 +47,7 @@ type router struct {
 	client      *http.Client
 	inFlight    sync.Map // keys being delivered by this process
 	errs        onceLog
+	refusals    onceLog  // every refusal, once per class in 30 s with a count
 	platforms   breakers // one per platform
 }
 
@@ -54,7 +59,8 @@ func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStr
 		cons: natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
 			natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(store))),
 		js: js, nc: nc, platformURL: platformURL, tracer: tp.Tracer("gateway/router"),
-		client: &http.Client{Timeout: 10 * time.Second},
+		client:   &http.Client{Timeout: 10 * time.Second},
+		refusals: onceLog{who: "router", like: "refusals"},
 	}
 }
 
@@ -100,7 +106,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 	var n notification
 	if err := json.Unmarshal(msg.Data(), &n); err != nil {
 		// Origin validates while it decodes: a corrupt or forged record stops here.
-		rt.refuse(n, "undecodable: "+err.Error())
+		rt.refuse(n, "undecodable", "undecodable: "+err.Error())
 		_ = msg.Term()
 		return
 	}
@@ -112,7 +118,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 	if !keyedAs(msg, n.Kind+"-", n.Key) {
 		// Its delivery could not be recorded, or not under the key it was
 		// queued (and signed) for: refused rather than risk showing it twice.
-		rt.refuse(n, fmt.Sprintf("message key %q malformed or not the one it was queued under", n.Key))
+		rt.refuse(n, "malformed key", fmt.Sprintf("message key %q malformed or not the one it was queued under", n.Key))
 		_ = msg.Term()
 		return
 	}
@@ -133,7 +139,10 @@ func (rt *router) handle(msg jetstream.Msg) {
 	defer rt.inFlight.Delete(key)
 	switch _, err := rt.kv.Get(ctx, key); {
 	case err == nil:
-		_ = msg.Ack() // delivered already: a redelivery after a crash, or a retried publish
+		// Delivered already, or refused by its platform for good: a
+		// redelivery after a crash or a lost acknowledgement, or a retried
+		// publish.
+		_ = msg.Ack()
 		return
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		// Unknown whether it was delivered (the bucket has no leader right
@@ -144,26 +153,48 @@ func (rt *router) handle(msg jetstream.Msg) {
 	}
 	switch {
 	case n.Origin.Platform == "" || n.Origin.ChatID == "":
-		rt.refuse(n, "no platform or chat to deliver to")
+		rt.refuse(n, "no route", "no platform or chat to deliver to")
 		_ = msg.Ack()
 		return
 	case scoped[n.Origin.Platform] && n.Origin.ScopeID == "" && !userBound(n.Origin):
 		// Fail closed: a scoped reply without its scope is never sent to a default.
-		rt.refuse(n, "scoped platform without a scope, and not a direct message to a user")
+		rt.refuse(n, "no scope", "scoped platform without a scope, and not a direct message to a user")
 		_ = msg.Ack()
 		return
 	case n.Kind == "completion" && n.Origin.Platform == "api_server":
-		rt.refuse(n, "a stateless channel cannot receive a completion")
+		rt.refuse(n, "stateless completion", "a stateless channel cannot receive a completion")
 		_ = msg.Ack()
 		return
 	}
-	if err := rt.platforms.of(n.Origin.Platform).call(func() error { return rt.deliver(ctx, n) }); err != nil {
+	// A platform's final refusal (final) is an answer: the platform is up,
+	// so its breaker counts it as a call that went through, and one chat
+	// whose deliveries it keeps refusing does not shut the others out.
+	var final *platformAnswer
+	err := rt.platforms.of(n.Origin.Platform).call(func() error {
+		err := rt.deliver(ctx, n)
+		if a := (*platformAnswer)(nil); errors.As(err, &a) && a.final() {
+			final = a
+			return nil
+		}
+		return err
+	})
+	if err != nil {
 		if errors.Is(err, errNotCalled) {
 			err = fmt.Errorf("deliver %s %s to %s: %w", n.Kind, n.ID, n.Origin.Platform, err)
 		}
-		// A platform that is down fails every delivery to it the same way.
-		rt.errs.printAs("deliver: "+n.Origin.Platform, fmt.Errorf("%w (trying it again)", err))
-		_ = msg.NakWithDelay(retryAfter(msg))
+		// A platform that is down fails every delivery to it the same way:
+		// one line per platform and kind of failure, so that one failure
+		// does not hide another (a 503 behind the breaker's refusals).
+		rt.errs.printAs("deliver: "+n.Origin.Platform+": "+failureClass(err), fmt.Errorf("%w (trying it again)", err))
+		wait := retryAfter(msg)
+		if a := (*platformAnswer)(nil); errors.As(err, &a) {
+			wait = max(wait, a.wait) // its Retry-After
+		}
+		_ = msg.NakWithDelay(wait)
+		return
+	}
+	if final != nil {
+		rt.refusedByPlatform(ctx, msg, n, key, final)
 		return
 	}
 	// Acknowledge only a delivery that is recorded: an unrecorded one would
@@ -248,27 +279,187 @@ func (rt *router) deliver(ctx context.Context, n notification) error {
 	if err != nil {
 		return fmt.Errorf("deliver %s %s to %s: %w", n.Kind, n.ID, n.Origin.Platform, err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("deliver %s %s to %s: it answered %s", n.Kind, n.ID, n.Origin.Platform, resp.Status)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // read to the end, or nearly: the connection is reused
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
 	}
-	return nil
+	a := &platformAnswer{kind: n.Kind, id: n.ID, platform: n.Origin.Platform, code: resp.StatusCode, status: resp.Status, body: excerpt(body)}
+	if a.code == http.StatusTooManyRequests || a.code == http.StatusServiceUnavailable {
+		a.wait = retryAfterHeader(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return a
 }
 
-func (rt *router) refuse(n notification, reason string) {
+// platformAnswer is a platform's answer to a delivery other than a success.
+type platformAnswer struct {
+	kind, id, platform string
+	code               int
+	status             string        // as the platform sent it: "403 Forbidden"
+	body               string        // the start of its body, printable
+	wait               time.Duration // its Retry-After, on a 429 or a 503
+}
+
+func (a *platformAnswer) Error() string {
+	s := fmt.Sprintf("deliver %s %s to %s: it answered %s", a.kind, a.id, a.platform, a.status)
+	if a.body != "" {
+		s += ": " + a.body
+	}
+	return s
+}
+
+// final reports whether the answer says this delivery can never succeed.
+func (a *platformAnswer) final() bool { return finalStatus(a.code) }
+
+// finalStatus reports whether a platform answering a delivery with status
+// says that it can never succeed, however often it is sent: a 4xx about
+// this request, such as a chat that does not exist, a bot its user blocked
+// (Telegram's 403), a channel the bot may not post in, a message too long.
+// Sent again, it is refused again; retried, it used to count against its
+// platform's breaker until one such chat stopped every delivery to the
+// platform. These 4xx are not final:
+//
+//   - 408 Request Timeout and 429 Too Many Requests: sent later, it passes;
+//   - 409 Conflict: the IETF Idempotency-Key draft's answer while a request
+//     with the same key is still being processed (the router sends one with
+//     every delivery); the retry gets the first request's answer;
+//   - 425 Too Early (RFC 8470): the request may be sent again later;
+//   - 401 Unauthorized and 407 Proxy Authentication Required: the gateway's
+//     credentials for the platform, or its proxy, are wrong. That is every
+//     delivery to the platform, not this one: the breaker holds them back
+//     until the credentials are fixed, and then they all go, instead of
+//     every reply being thrown away meanwhile.
+//
+// 5xx, a redirect the client did not follow (a 3xx), and no answer at all
+// are not final either: the platform, or the way to it, may recover.
+func finalStatus(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusProxyAuthRequired, http.StatusRequestTimeout, http.StatusConflict,
+		http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+// failureClass names the kind of a failed delivery in the log: the status a
+// platform answered, a breaker that let no call through, or no answer.
+func failureClass(err error) string {
+	if a := (*platformAnswer)(nil); errors.As(err, &a) {
+		return strconv.Itoa(a.code)
+	}
+	if errors.Is(err, errNotCalled) {
+		return "breaker open"
+	}
+	return "no answer"
+}
+
+// maxRetryAfter bounds the wait a platform's Retry-After header can impose
+// on one delivery: a longer one is asked for again on the next try.
+const maxRetryAfter = time.Minute
+
+// retryAfterHeader is the wait a Retry-After header asks for, in seconds
+// (Discord's may have a fraction) or as an HTTP date, at most
+// maxRetryAfter; 0 without a header it can read.
+func retryAfterHeader(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	var d time.Duration
+	if s, err := strconv.ParseFloat(h, 64); err == nil {
+		if !(s > 0) { // NaN too
+			return 0
+		}
+		d = time.Duration(min(s, maxRetryAfter.Seconds()) * float64(time.Second))
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// excerpt is the start of a platform's answer, fit for one log line.
+func excerpt(b []byte) string {
+	s := printable(strings.TrimSpace(string(b)))
+	if r := []rune(s); len(r) > 200 {
+		s = string(r[:200]) + "…"
+	}
+	return s
+}
+
+// printable is s, which a sender or a platform wrote, on one log line: a
+// line break or a tab is a space, and what could disguise the line
+// (control and formatting characters, invalid UTF-8) is U+FFFD.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == ' ' || unicode.IsPrint(r):
+			return r
+		case unicode.IsSpace(r):
+			return ' '
+		}
+		return '\uFFFD'
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+// refusedByPlatform settles a delivery its platform refused for good. It is
+// not retried: the refusal is recorded under the delivery's key, as a
+// delivery is, so that a redelivery of the message (a lost Term, a router
+// restarted before it) is acknowledged without posting it again; it is
+// reported and logged like the router's own refusals, and the message is
+// terminated, with the platform's answer as the reason (JetStream's
+// advisory carries it). Nothing was shown: if the record fails, the message
+// is terminated all the same, and at worst a redelivery asks the platform
+// once more.
+func (rt *router) refusedByPlatform(ctx context.Context, msg jetstream.Msg, n notification, key string, a *platformAnswer) {
+	if err := retry(ctx, publishDeadline, func(ctx context.Context) error {
+		_, err := rt.kv.Put(ctx, key, []byte("refused: "+a.status))
+		return err
+	}); err != nil {
+		rt.errs.print(fmt.Errorf("record the refusal of %s %s (%s): %w (terminated all the same)", n.Kind, n.ID, key, err))
+	}
+	reason := fmt.Sprintf("%s answered %s", n.Origin.Platform, a.status)
+	if a.body != "" {
+		reason += ": " + a.body
+	}
+	rt.refuse(n, fmt.Sprintf("%s answered %d", n.Origin.Platform, a.code), reason+" (final: not retried)")
+	_ = msg.TermWithReason(fmt.Sprintf("%s answered %s", n.Origin.Platform, a.status))
+}
+
+// refuse reports n as refused, for reason, to whoever listens on the
+// refusals subject (the load driver counts them), and logs it on standard
+// error: the first of each class (a few words naming the kind of refusal)
+// and then one line in 30 s with the count of those not printed, so that a
+// flood of forgeries or of blocked chats costs a line, not a line each.
+func (rt *router) refuse(n notification, class, reason string) {
+	what := "refused " + n.Kind
+	if n.Kind == "" {
+		what += "a notification"
+	}
+	if n.ID != "" {
+		what += " " + n.ID
+	}
+	if n.Origin.Platform != "" {
+		what += " to " + n.Origin.Platform + " chat " + n.Origin.ChatID
+		if n.Origin.ThreadID != "" {
+			what += " thread " + n.Origin.ThreadID
+		}
+	}
+	rt.refusals.printAs(class, errors.New(printable(what+": "+reason)))
 	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Key: n.Key, Reason: reason})
 }
 
 // refuseForged reports a notification whose session did not verify. It is
 // counted apart from the expected refusals: its kind and id are whatever the
-// forger wrote.
+// forger wrote, and so is the chat it names, which the log quotes.
 func (rt *router) refuseForged(n notification, reason string) {
+	rt.refusals.printAs("forged", errors.New(printable(fmt.Sprintf("refused a forged notification (by its own account kind %q, id %q, platform %q, chat %q): %s",
+		n.Kind, n.ID, n.Origin.Platform, n.Origin.ChatID, reason))))
 	rt.publishRefusal(refusal{Kind: n.Kind, ID: n.ID, Key: n.Key, Reason: reason, Forged: true})
 }
 
 func (rt *router) publishRefusal(r refusal) {
 	b, _ := json.Marshal(r)
 	if err := rt.nc.Publish(refusedSubject, b); err != nil {
-		fmt.Fprintln(os.Stderr, "router: report a refusal:", errors.Join(err))
+		rt.errs.print(fmt.Errorf("report a refusal: %w", err))
 	}
 }

@@ -273,6 +273,7 @@ func consumeOptions(who string, max int) []jetstream.PullConsumeOpt {
 // delivery that calls it.
 type onceLog struct {
 	who     string
+	like    string    // what its lines are called in their count: "errors" unless set
 	out     io.Writer // nil: standard error
 	mu      sync.Mutex
 	printed map[string]time.Time
@@ -300,9 +301,13 @@ func (l *onceLog) printAs(kind string, err error) {
 	if out == nil {
 		out = os.Stderr
 	}
+	like := l.like
+	if like == "" {
+		like = "errors"
+	}
 	switch n := l.skipped[kind]; {
 	case !seen:
-		fmt.Fprintf(out, "%s: %v [errors like it: one line in 30 s, with a count]\n", l.who, err)
+		fmt.Fprintf(out, "%s: %v [%s like it: one line in 30 s, with a count]\n", l.who, err, like)
 	case n > 0:
 		fmt.Fprintf(out, "%s: %v [and %d more like it since the last such line]\n", l.who, err, n)
 	default:

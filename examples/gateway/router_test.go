@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sessionwire/sessionwire/otelsession"
+)
+
+// syncBuffer is a log written by the router's goroutines and read by a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// One chat whose deliveries its platform refuses for good (Telegram answers
+// 403 "bot was blocked by the user" to a chat whose user blocked the bot,
+// everyday traffic) holds up no other chat of that platform. Its deliveries
+// used to be retried for ever and counted against the platform's breaker,
+// each coming back as the breaker's probe and opening it again: no other
+// chat of the platform got a reply for minutes. Now each is posted once,
+// refused (reported, with the platform's status, and logged), and the other
+// chats' replies arrive at once.
+func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
+	var log syncBuffer
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	c.routerLog = &log
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	defer func() {
+		if t.Failed() {
+			t.Logf("the router's log:\n%s", log.String())
+		}
+	}()
+	top.p.mu.Lock()
+	top.p.refuse = map[string]int{"telegram/403403": http.StatusForbidden}
+	top.p.mu.Unlock()
+
+	var mu sync.Mutex
+	refused := map[string]string{} // kind.id: reason
+	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
+		var r refusal
+		if json.Unmarshal(m.Data, &r) == nil && !r.Forged {
+			mu.Lock()
+			refused[r.Kind+"."+r.ID] = r.Reason
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, top.nc.Flush())
+
+	post := func(body string) {
+		t.Helper()
+		resp, err := http.Post(top.cfg.ingressURL+"/v1/telegram/messages", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+	}
+	refusedPosts := func() map[string]int {
+		top.p.mu.Lock()
+		defer top.p.mu.Unlock()
+		return maps.Clone(top.p.refusedPosts)
+	}
+	// Six messages to the chat that blocked the bot, one of them starting
+	// background work, whose completion is refused too; once the platform has
+	// refused five posts (which opened its breaker, before), five to other
+	// chats.
+	for i := 1; i <= 6; i++ {
+		post(fmt.Sprintf(`{"message_id":%d,"chat":{"id":403403,"type":"private"},"from":{"id":403403},"text":"hi","background":%t}`, i, i == 1))
+	}
+	posted := func() (n int) {
+		for _, k := range refusedPosts() {
+			n += k
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return posted() >= breakerTrips }, 30*time.Second, 20*time.Millisecond,
+		"the platform was asked to deliver the blocked chat's replies")
+	start := time.Now()
+	want := map[string]int{}
+	for i := 1; i <= 5; i++ {
+		chat := fmt.Sprint(-1000 - i)
+		post(fmt.Sprintf(`{"message_id":%d,"chat":{"id":%s,"type":"supergroup"},"from":{"id":7},"text":"hi"}`, 100+i, chat))
+		want["reply "+chat] = 1
+	}
+	delivered := func() map[string]int {
+		top.p.mu.Lock()
+		defer top.p.mu.Unlock()
+		m := map[string]int{}
+		for _, d := range top.p.deliveries {
+			m[d.Kind+" "+d.Origin.ChatID]++
+		}
+		return m
+	}
+	assert.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, delivered()) }, 30*time.Second, 50*time.Millisecond,
+		"every other chat's reply arrives, within 30 s")
+	assert.Equal(t, want, delivered(), "the other chats' replies, and nothing for the chat that blocked the bot")
+	t.Logf("the other chats' replies arrived within %v", time.Since(start).Round(time.Millisecond))
+
+	wantRefused := []string{"completion.1"}
+	for i := 1; i <= 6; i++ {
+		wantRefused = append(wantRefused, fmt.Sprint("reply.", i))
+	}
+	reasons := func() map[string]string { mu.Lock(); defer mu.Unlock(); return maps.Clone(refused) }
+	assert.Eventually(t, func() bool { return len(reasons()) == len(wantRefused) }, 30*time.Second, 50*time.Millisecond,
+		"each of the blocked chat's deliveries is reported refused")
+	got := reasons()
+	for _, k := range wantRefused {
+		assert.Contains(t, got[k], "telegram answered 403 Forbidden", k)
+	}
+
+	// Longer than any retry waits (5 s): a refused delivery is not posted again.
+	time.Sleep(6 * time.Second)
+	posts := refusedPosts()
+	assert.Len(t, posts, len(wantRefused), "posts to the chat that blocked the bot, by delivery: %v", posts)
+	for k, n := range posts {
+		assert.LessOrEqual(t, n, 2, "%s was posted %d times: retried more than once", k, n)
+	}
+	t.Logf("posts to the chat that blocked the bot: %v", posts)
+
+	// The operator sees it: the platform, the kind, the message, the chat and
+	// the platform's answer; and it was never taken for a platform that is down.
+	out := log.String()
+	assert.Regexp(t, `router: refused (reply|completion) [1-6] to telegram chat 403403: telegram answered 403 Forbidden: `+
+		`\{"ok":false,"error_code":403,"description":"Forbidden: the stand-in platform refuses this chat"\} \(final: not retried\)`, out)
+	assert.NotRegexp(t, `403 Forbidden.*\(trying it again\)`, out, "a final refusal is not retried")
+	assert.NotContains(t, out, "not called", "the platform's breaker stayed closed")
+}
+
+// A delivery its platform refuses for good, though the message was sent
+// with all it needs, fails a load run: the driver counts it refused wrongly,
+// and says why, rather than waiting for it as lost or passing it as fine.
+func TestAPlatformsFinalRefusalFailsTheRun(t *testing.T) {
+	c := testConfig(t, "--messages", "24", "--conversations", "4")
+	c.routerLog = io.Discard
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	top.p.mu.Lock()
+	top.p.refuse = map[string]int{"telegram/-1001000000000": http.StatusForbidden} // plan's first conversation
+	top.p.mu.Unlock()
+	s, err := top.drive(context.Background(), c.seed, nil)
+	require.NoError(t, err)
+	t.Logf("\n%s", s)
+	assert.Positive(t, s.WronglyRefused)
+	assert.Contains(t, s.FirstWrongRefusal, "telegram answered 403 Forbidden")
+	assert.Zero(t, s.Lost)
+	assert.Equal(t, s.Expected, s.Delivered+s.WronglyRefused)
+	assert.False(t, s.ok())
+}
+
+// Which answers of a platform end a delivery for good: the 4xx about this
+// request. A timeout, a rate limit, a request with the same idempotency key
+// still in progress, "too early", the gateway's own credentials, a server
+// error, a redirect not followed are all worth another try.
+func TestWhichPlatformAnswersAreFinal(t *testing.T) {
+	for status, final := range map[int]bool{
+		200: false, 204: false, 302: false, 304: false,
+		400: true, 403: true, 404: true, 410: true, 413: true, 422: true,
+		401: false, 407: false, 408: false, 409: false, 425: false, 429: false,
+		500: false, 502: false, 503: false, 504: false,
+	} {
+		assert.Equal(t, final, finalStatus(status), "%d", status)
+	}
+
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for h, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, " 2 ": 2 * time.Second, "1.5": 1500 * time.Millisecond, "0": 0, "-4": 0,
+		"NaN": 0, "+Inf": time.Minute, "86400": time.Minute, "soon": 0,
+		now.Add(10 * time.Second).Format(http.TimeFormat): 10 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):       0,
+		now.Add(time.Hour).Format(http.TimeFormat):        time.Minute,
+	} {
+		assert.Equal(t, want, retryAfterHeader(h, now), "Retry-After: %q", h)
+	}
+
+	// What the router makes of the answers, from a platform.
+	platform := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/telegram":
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}`+"\n\x1b[31mred\r\n")
+		case "/discord":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/slack":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusInternalServerError) // a Retry-After only a 429 or a 503 is asked to honour
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	defer platform.Close()
+	rt := &router{platformURL: platform.URL, client: platform.Client()}
+	deliver := func(p string) *platformAnswer {
+		err := rt.deliver(context.Background(), notification{Kind: "reply", ID: "9", Key: "k", Origin: otelsession.Origin{Platform: p, ChatID: "c"}})
+		if err == nil {
+			return nil
+		}
+		a, ok := err.(*platformAnswer)
+		require.True(t, ok, "%s: %v", p, err)
+		return a
+	}
+	a := deliver("telegram")
+	assert.True(t, a.final())
+	assert.Equal(t, `{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}`+" \uFFFD[31mred", a.body,
+		"the start of the body, on one line")
+	assert.Equal(t, `deliver reply 9 to telegram: it answered 403 Forbidden: `+a.body, a.Error())
+	a = deliver("discord")
+	assert.False(t, a.final())
+	assert.Equal(t, 7*time.Second, a.wait)
+	assert.Equal(t, "429", failureClass(a))
+	a = deliver("slack")
+	assert.False(t, a.final())
+	assert.Zero(t, a.wait)
+	assert.Nil(t, deliver("api_server"))
+	long := excerpt([]byte(strings.Repeat("é", 300)))
+	assert.Equal(t, strings.Repeat("é", 200)+"…", long)
+}
+
+// Every refusal is logged, not only reported to whoever listens on the
+// refusals subject: once per class in 30 s, with a count, so a flood of
+// forgeries costs a line, and what a forger or a platform wrote cannot
+// break a line or print one of its own.
+func TestRefusalsAreLoggedOncePerClass(t *testing.T) {
+	ns, shutdown, err := embeddedNATS()
+	require.NoError(t, err)
+	defer shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	var reported sync.WaitGroup
+	sub, err := nc.Subscribe(refusedSubject, func(*nats.Msg) { reported.Done() })
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.Flush())
+
+	var out strings.Builder
+	rt := &router{nc: nc, refusals: onceLog{who: "router", like: "refusals", out: &out}}
+	reported.Add(53)
+	for i := range 50 {
+		rt.refuseForged(notification{Kind: "reply", ID: fmt.Sprint("f", i, "\nrouter: delivered everything"),
+			Origin: otelsession.Origin{Platform: "telegram", ChatID: "-100999"}}, "forged: no signed session")
+	}
+	scoped := notification{Kind: "completion", ID: "77", Key: "k77", Origin: otelsession.Origin{Platform: "slack", ChatID: "C1\x1b[2J", ThreadID: "1.2"}}
+	rt.refuse(scoped, "no scope", "scoped platform without a scope, and not a direct message to a user")
+	rt.refuse(scoped, "no scope", "scoped platform without a scope, and not a direct message to a user")
+	assert.Equal(t, `router: refused a forged notification (by its own account kind "reply", id "f0\nrouter: delivered everything", platform "telegram", chat "-100999"): forged: no signed session [refusals like it: one line in 30 s, with a count]`+"\n"+
+		"router: refused completion 77 to slack chat C1\uFFFD[2J thread 1.2: scoped platform without a scope, and not a direct message to a user [refusals like it: one line in 30 s, with a count]\n",
+		out.String())
+	out.Reset()
+	rt.refusals.printed["forged"] = time.Now().Add(-31 * time.Second)
+	rt.refuseForged(notification{Kind: "completion", ID: "g"}, "forged: bad signature")
+	assert.Equal(t, `router: refused a forged notification (by its own account kind "completion", id "g", platform "", chat ""): forged: bad signature [and 49 more like it since the last such line]`+"\n", out.String())
+	waited := make(chan struct{})
+	go func() { reported.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not every refusal was reported on the refusals subject")
+	}
+}
