@@ -23,6 +23,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sessionwire/sessionwire/otelsession"
@@ -385,55 +387,194 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// A job queued by anyone but the gateway (no signature, or another key's)
-// has its session stripped by the worker; its reply has nowhere to go and the
-// router refuses it. It is never delivered to the chat it names.
-func TestForgedJobsAreRefused(t *testing.T) {
-	c := testConfig(t, "--messages", "1", "--conversations", "1")
+// toolRuns counts the tools a worker ran: one "run tool" span each.
+func toolRuns(spans *tracetest.SpanRecorder) int {
+	n := 0
+	for _, s := range spans.Ended() {
+		if s.Name() == "run tool" {
+			n++
+		}
+	}
+	return n
+}
+
+// A job queued by anyone but the gateway, unsigned or signed with another
+// key, is never run: no tool, no downstream call, no reply. The genuine job
+// queued beside them is run and answered. (Workers used to run both
+// forgeries, tool and downstream call included, for a session nobody
+// signed.)
+func TestForgedJobsAreNeverRun(t *testing.T) {
+	c := testConfig(t)
+	ns, shutdown, err := embeddedNATS()
+	require.NoError(t, err)
+	defer shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc, js, err := connect(ctx, ns.ClientURL(), "test", layout{})
+	require.NoError(t, err)
+	defer nc.Close()
+
+	// The downstream stand-in, counting its calls, and a worker whose spans
+	// are recorded: one "run tool" span for each tool it runs.
+	var calls atomic.Int64
+	down := downstream(propagation.TrustLoopback(), &outage{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		down.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	spans := tracetest.NewSpanRecorder()
+	c.downstreamURL = srv.URL
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	_, err = startRole(wctx, c, "worker", nc, js, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)), done)
+	require.NoError(t, err)
+	defer func() { stopWorker(); <-done }()
+
+	gateway, _, err := hop(c.key)
+	require.NoError(t, err)
+	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
+	require.NoError(t, err)
+	prop := natssession.WithPropagator(propagatorFor(storeBaggage))
+	queue := func(pub *natssession.Publisher, id, thread string) {
+		t.Helper()
+		s := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: thread, MessageID: id}
+		key := messageKey(s.Platform, s.ScopeID, s.ChatID, id) // the forger knows the form
+		body, _ := json.Marshal(job{ID: id, Key: key, Text: "send me their replies", Route: s})
+		msg := &nats.Msg{Subject: jobsSubject + "telegram", Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, "job-"+key)
+		_, err := pub.PublishJetStream(otelsession.Bind(ctx, s), js, msg)
+		require.NoError(t, err)
+	}
+	queue(natssession.NewPublisher(prop, natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))), "forged-unsigned", "victim")
+	queue(natssession.NewPublisher(prop, natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(otherKey)))),
+		"forged-other-key", "victim")
+	queue(natssession.NewPublisher(prop, natssession.WithOutbound(gateway)), "genuine", "genuine-thread")
+
+	replies, err := js.Stream(ctx, repliesStream)
+	require.NoError(t, err)
+	queued := func() uint64 {
+		info, err := replies.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	require.Eventually(t, func() bool { return queued() > 0 }, 60*time.Second, 20*time.Millisecond, "the genuine job was answered")
+	// The forgeries were pulled with it: give them time to do what they would.
+	assert.Never(t, func() bool { return queued() > 1 || calls.Load() > 1 || toolRuns(spans) > 1 }, 3*time.Second, 20*time.Millisecond,
+		"a forged job was run")
+	assert.EqualValues(t, 1, calls.Load(), "downstream calls: the genuine job's alone")
+	assert.Equal(t, 1, toolRuns(spans), "tools run: the genuine job's alone")
+	raw, err := replies.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	var n notification
+	require.NoError(t, json.Unmarshal(raw.Data, &n))
+	assert.Equal(t, "genuine", n.ID)
+	assert.Equal(t, "genuine-thread", n.Origin.ThreadID)
+	assert.Equal(t, "genuine-thread", n.DownstreamSaw, "the downstream service saw the genuine job's thread")
+	assert.Equal(t, "genuine-thread", n.ToolSaw)
+
+	// The unsigned job was dropped; the one signed with another key is put
+	// back, again and again, for a worker that might hold that key.
+	jobs, err := js.Stream(ctx, jobsStream)
+	require.NoError(t, err)
+	workers, err := js.Consumer(ctx, jobsStream, "workers")
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool {
+		si, err := jobs.Info(ctx)
+		require.NoError(t, err)
+		ci, err := workers.Info(ctx)
+		require.NoError(t, err)
+		return si.State.Msgs == 1 && ci.NumRedelivered > 0
+	}, 30*time.Second, 50*time.Millisecond, "only the job signed with another key is left, offered again")
+}
+
+// A worker started with another SESSIONWIRE_SIGNING_KEY, beside one that
+// holds the gateway's, runs nothing and loses nothing: what it pulls it puts
+// back, and the other worker runs it. (It used to run every job it pulled
+// without a session, and the replies, with nowhere to go, were refused and
+// lost.)
+func TestAWorkerWithAnotherKeyLosesNothing(t *testing.T) {
+	c := testConfig(t, "--messages", "60", "--conversations", "20", "--workers", "1")
 	top, err := startTopology(context.Background(), c)
 	require.NoError(t, err)
 	defer top.stop()
 	js, err := jetstream.New(top.nc)
 	require.NoError(t, err)
-
-	refused := make(chan refusal, 4)
-	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
-		var r refusal
-		if json.Unmarshal(m.Data, &r) == nil {
-			refused <- r
-		}
-	})
+	misconfigured := top.cfg
+	misconfigured.key.Secret = []byte(strings.Repeat("x", 32))
+	spans := tracetest.NewSpanRecorder()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	_, err = startRole(ctx, misconfigured, "worker", top.nc, js, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)), done)
 	require.NoError(t, err)
-	defer sub.Unsubscribe()
-	require.NoError(t, top.nc.Flush())
+	defer func() { stop(); <-done }() // before the topology stops
 
-	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
+	s, err := top.drive(context.Background(), c.seed, nil)
 	require.NoError(t, err)
-	for i, pub := range []*natssession.Publisher{
-		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)),
-			natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll))),
-		natssession.NewPublisher(natssession.WithPropagator(propagatorFor(storeBaggage)),
-			natssession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(otherKey)))),
-	} {
-		id := fmt.Sprint("forged-", i)
-		s := otelsession.Session{Platform: "telegram", ChatID: "-100999", ThreadID: "victim", MessageID: id}
-		key := messageKey(s.Platform, s.ScopeID, s.ChatID, id) // the forger knows the form
-		body, _ := json.Marshal(job{ID: id, Key: key, Text: "send me their replies", Route: s})
-		msg := &nats.Msg{Subject: jobsSubject + "telegram", Data: body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, "job-"+key)
-		_, err := pub.PublishJetStream(otelsession.Bind(context.Background(), s), js, msg)
-		require.NoError(t, err)
-		select {
-		case r := <-refused:
-			assert.Equal(t, id, r.ID)
-			assert.Equal(t, "reply", r.Kind)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("forged job %s was not refused", id)
-		}
+	t.Logf("\n%s", s)
+	assert.Zero(t, s.Lost)
+	assert.Zero(t, s.Misrouted)
+	assert.Zero(t, s.ForgedRefused, "no reply without a session reached the router")
+	assert.Equal(t, s.Expected, s.Delivered)
+	assert.Equal(t, s.ExpectedRefused, s.Refused)
+	assert.Zero(t, toolRuns(spans), "the worker with another key ran nothing")
+}
+
+// verdictMsg is a queued message that records what a worker did with it.
+type verdictMsg struct {
+	jetstream.Msg
+	h      nats.Header
+	stored time.Time
+	did    string
+}
+
+func (m *verdictMsg) Subject() string      { return jobsSubject + "telegram" }
+func (m *verdictMsg) Headers() nats.Header { return m.h }
+func (m *verdictMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{NumDelivered: 1, Timestamp: m.stored}, nil
+}
+func (m *verdictMsg) Term() error                        { m.did = "term"; return nil }
+func (m *verdictMsg) NakWithDelay(d time.Duration) error { m.did = "nak " + d.String(); return nil }
+
+// Work without the gateway's signature is never run, and the worker says
+// which message it was and why, once per kind. A signature that fails only
+// against this worker's key may be the worker's own misconfiguration: it is
+// put back for a minute, for another worker, and the line says what to
+// check; anything else is dropped at once.
+func TestUnverifiedWorkSaysWhy(t *testing.T) {
+	var out strings.Builder
+	w := &worker{errs: onceLog{who: "worker", out: &out}}
+	key := messageKey("telegram", "", "-100999", "7")
+	msg := func(age time.Duration) *verdictMsg {
+		h := nats.Header{}
+		h.Set(jetstream.MsgIDHeader, "job-"+key)
+		return &verdictMsg{h: h, stored: time.Now().Add(-age)}
 	}
-	top.p.mu.Lock()
-	defer top.p.mu.Unlock()
-	assert.Empty(t, top.p.deliveries, "nothing reached the chat a forged job named")
+	where := `job "7" (subject gw.jobs.telegram, Nats-Msg-Id "job-` + key + `")`
+	for _, tc := range []struct {
+		age       time.Duration
+		err       error
+		did, says string
+	}{
+		{0, nil, "term", "not running " + where + ": it carries no session signed by the gateway"},
+		{time.Second, fmt.Errorf("session.sig: MAC mismatch: %w", propagation.ErrBadSignature), "nak 200ms",
+			"not running " + where + ": its signature does not verify with this worker's key (session.sig: MAC mismatch: " +
+				"session signature does not verify). Either it is forged, or this worker's key differs from the gateway's: " +
+				"every role must share SESSIONWIRE_SIGNING_KEY"},
+		{2 * time.Minute, fmt.Errorf("key id %q: %w", "2027", propagation.ErrUnknownKey), "term",
+			"dropping " + where + ": no worker verified its signature within 1m0s"},
+		{0, fmt.Errorf("issued 6m ago: %w", propagation.ErrSignatureExpired), "term", "not running " + where + ": its session was refused (issued 6m ago"},
+	} {
+		out.Reset()
+		m := msg(tc.age)
+		w.refuseUnverified(m, "job", "7", tc.err)
+		assert.Equal(t, tc.did, m.did, "%v", tc.err)
+		assert.Contains(t, out.String(), "worker: "+tc.says, "%v", tc.err)
+		assert.Equal(t, 1, strings.Count(out.String(), "\n"), "one line")
+	}
+	out.Reset()
+	w.refuseUnverified(msg(0), "job", "8", nil)
+	assert.Empty(t, out.String(), "the same kind again within 30 s: counted, not printed")
 }
 
 // Replies and completions published straight onto the replies subject by

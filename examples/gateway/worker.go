@@ -171,7 +171,14 @@ func (w *worker) handleJob(msg jetstream.Msg) {
 	// Every job starts from a fresh context: Reset, extract, inbound policy.
 	ctx, span, err := w.cons.ExtractJetStream(context.Background(), msg)
 	defer span.End()
-	if err != nil {
+	if w.cfg.store == storeBaggage {
+		if err != nil || !hasRoute(ctx) {
+			// Never run: its tool, its downstream call and its reply would
+			// act for a session nobody signed.
+			w.refuseUnverified(msg, "job", j.ID, err)
+			return
+		}
+	} else if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 	}
 	if w.cfg.store == storeEnv {
@@ -377,8 +384,7 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		ctx, span, err = w.cons.ExtractJetStream(context.Background(), msg)
 		span.End()
 		if err != nil || !hasRoute(ctx) {
-			fmt.Fprintln(os.Stderr, "worker: dropping background work", b.ID+" without a verified session:", err)
-			_ = msg.Term()
+			w.refuseUnverified(msg, "background work", b.ID, err)
 			return
 		}
 	} else {
@@ -401,6 +407,56 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// unverifiedPatience is how long work whose signature fails against this
+// worker's key is left for another worker (see refuseUnverified) before it
+// is dropped: time for a worker that holds the gateway's key to take it,
+// while a forgery holds a place among the consumer's unacknowledged
+// messages for no longer than this.
+const unverifiedPatience = time.Minute
+
+// refuseUnverified disposes of work (a job, or background work; what, with
+// the id its body gives) that arrived, with the baggage store, without a
+// session signed by the gateway's key for its message id (err is what the
+// inbound policy said; nil when there was no signed session at all). It is
+// never run: its tool, downstream call and reply would act for a session
+// nobody signed. Each kind of refusal is printed once in 30 s, with the
+// subject, the Nats-Msg-Id and the reason.
+//
+//   - No signed session, or one that is malformed, expired or unusable: no
+//     worker could run it. Terminated at once.
+//   - A signature made with a key this worker does not hold, or whose MAC
+//     does not match: a forgery, or this worker (or the gateway) started
+//     with another SESSIONWIRE_SIGNING_KEY, which is easy to do and which
+//     this worker cannot tell apart. Were it terminated, every message a
+//     misconfigured worker pulls would be lost, though a worker holding the
+//     right key could run it; so it is put back, offered again within a
+//     second (sooner at first), for another worker to take, until it is
+//     unverifiedPatience old, and dropped then.
+func (w *worker) refuseUnverified(msg jetstream.Msg, what, id string, err error) {
+	where := fmt.Sprintf("%s %q (subject %s, Nats-Msg-Id %q)", what, id, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
+	switch {
+	case err == nil:
+		w.errs.printAs(what+": unsigned", fmt.Errorf("not running %s: it carries no session signed by the gateway "+
+			"(a forgery, or a gateway not started with --session-store baggage); dropped", where))
+		_ = msg.Term()
+	case errors.Is(err, propagation.ErrBadSignature) || errors.Is(err, propagation.ErrUnknownKey):
+		md, mdErr := msg.Metadata()
+		if mdErr == nil && time.Since(md.Timestamp) < unverifiedPatience {
+			w.errs.printAs(what+": another key", fmt.Errorf("not running %s: its signature does not verify with this worker's key (%v). "+
+				"Either it is forged, or this worker's key differs from the gateway's: every role must share SESSIONWIRE_SIGNING_KEY "+
+				"(and --signing-key-id). Left for another worker for up to %v, then dropped", where, err, unverifiedPatience))
+			_ = msg.NakWithDelay(min(retryAfter(msg), time.Second))
+			return
+		}
+		w.errs.printAs(what+": another key, dropped", fmt.Errorf("dropping %s: no worker verified its signature within %v (%v); "+
+			"if it is genuine, the gateway's SESSIONWIRE_SIGNING_KEY differs from the workers'", where, unverifiedPatience, err))
+		_ = msg.Term()
+	default:
+		w.errs.printAs(what+": refused", fmt.Errorf("not running %s: its session was refused (%v); dropped", where, err))
+		_ = msg.Term()
+	}
 }
 
 // hasRoute reports whether ctx holds a session with somewhere to deliver to.
