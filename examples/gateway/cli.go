@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -208,8 +209,32 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 		return usagef("--grpc-listen is where the load role serves the downstream service over gRPC: give it with --role load --downstream=grpc")
 	case c.grpcListen != "" && !validListen(c.grpcListen):
 		return usagef("--grpc-listen must be host:port (such as 0.0.0.0:9091), not %q", c.grpcListen)
+	case c.role == "router" && c.platformURL == "":
+		return usagef("--role router needs --platform-url, the chat platforms' base URL (such as --platform-url http://load-1:9090/platforms)")
+	case c.role == "router" && !httpURL(c.platformURL):
+		return usagef("--platform-url must be an absolute http:// or https:// URL (such as http://load-1:9090/platforms), not %q", c.platformURL)
+	case c.role == "worker" && c.downstreamURL == "":
+		return usagef("--role worker needs --downstream-url, the downstream service's URL (such as --downstream-url http://load-1:9090/downstream, or grpc://load-1:9091)")
+	case c.role == "worker" && !validDownstreamURL(c.downstreamURL):
+		_, err := parseDownstreamURL(c.downstreamURL)
+		return usagef("--downstream-url: %v (such as http://load-1:9090/downstream, or grpc://load-1:9091)", err)
+	case c.role == "load" && c.ingressURL == "":
+		return usagef("--role load needs --ingress-url, the gateway's URL (such as --ingress-url http://gw-1:8080)")
+	case c.role == "load" && !httpURL(c.ingressURL):
+		return usagef("--ingress-url must be an absolute http:// or https:// URL (such as http://gw-1:8080), not %q", c.ingressURL)
 	}
 	return nil
+}
+
+// httpURL reports whether s is an absolute http:// or https:// URL.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func validDownstreamURL(s string) bool {
+	_, err := parseDownstreamURL(s)
+	return err == nil
 }
 
 // validListen reports whether addr is an address to listen on: host:port,

@@ -107,6 +107,14 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--grpc-listen", "127.0.0.1:9091"}, "give it with --role load --downstream=grpc"},
 		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--downstream=grpc", "--grpc-listen", "9091"}, "--grpc-listen must be host:port"},
 		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--downstream=grpc", "--grpc-listen", ":99999"}, "--grpc-listen must be host:port"},
+		// A role without the URL it works with would start, and fail every
+		// delivery, job or post for ever.
+		{[]string{"--role", "router", "--nats-url", "nats://127.0.0.1:1"}, "--role router needs --platform-url, the chat platforms' base URL (such as --platform-url http://"},
+		{[]string{"--role", "router", "--nats-url", "nats://127.0.0.1:1", "--platform-url", "load-1:9090/platforms"}, "--platform-url must be an absolute http:// or https:// URL"},
+		{[]string{"--role", "worker", "--nats-url", "nats://127.0.0.1:1"}, "--role worker needs --downstream-url, the downstream service's URL (such as --downstream-url http://"},
+		{[]string{"--role", "worker", "--nats-url", "nats://127.0.0.1:1", "--downstream-url", "ftp://load-1/downstream"}, "--downstream-url: the downstream URL \"ftp://load-1/downstream\" must start with"},
+		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1"}, "--role load needs --ingress-url, the gateway's URL (such as --ingress-url http://"},
+		{[]string{"--role", "load", "--nats-url", "nats://127.0.0.1:1", "--ingress-url", "gw-1:8080"}, "--ingress-url must be an absolute http:// or https:// URL"},
 	} {
 		start := time.Now()
 		r := gateway(t, 30*time.Second, tc.args...)

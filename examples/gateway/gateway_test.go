@@ -224,6 +224,8 @@ func TestFlagErrors(t *testing.T) {
 		{"--session-store", "disk"}, {"--messages", "0"}, {"--workers", "0"}, {"--role", "worker"}, {"--bogus"},
 		{"--trust", "10.0.0.0/33"}, {"--nats-cluster", "2"}, {"--nats-cluster", "3", "--nats-url", "nats://127.0.0.1:4222"},
 		{"--fault", "disk-full"}, {"--fault", "nats-kill"}, {"--replicas", "7"}, {"--role", "nats-node", "--node-port", "x"},
+		{"--role", "router", "--nats-url", "nats://127.0.0.1:4222"}, {"--role", "worker", "--nats-url", "nats://127.0.0.1:4222"},
+		{"--role", "load", "--nats-url", "nats://127.0.0.1:4222"},
 	} {
 		_, err := parseFlags(args)
 		assert.Error(t, err, "%v", args)

@@ -59,13 +59,24 @@ type worker struct {
 	down   breaker    // the downstream service's
 }
 
-func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProvider) (*worker, error) {
-	down, err := url.Parse(cfg.downstreamURL)
+// parseDownstreamURL reads the downstream service's URL: http://…, https://…
+// or grpc://host:port, absolute. --downstream-url is checked with it before
+// anything starts (cli.go).
+func parseDownstreamURL(s string) (*url.URL, error) {
+	down, err := url.Parse(s)
 	if err != nil || down.Host == "" {
-		return nil, fmt.Errorf("worker: the downstream URL %q is not an absolute URL", cfg.downstreamURL)
+		return nil, fmt.Errorf("the downstream URL %q is not an absolute URL", s)
 	}
 	if down.Scheme != "http" && down.Scheme != "https" && down.Scheme != downstreamGRPC {
-		return nil, fmt.Errorf("worker: the downstream URL %q must start with http://, https:// or grpc://", cfg.downstreamURL)
+		return nil, fmt.Errorf("the downstream URL %q must start with http://, https:// or grpc://", s)
+	}
+	return down, nil
+}
+
+func newWorker(cfg workerConfig, js jetstream.JetStream, tp *sdktrace.TracerProvider) (*worker, error) {
+	down, err := parseDownstreamURL(cfg.downstreamURL)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	var grpcDown *grpcClient
 	if down.Scheme == downstreamGRPC {
