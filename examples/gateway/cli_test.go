@@ -37,10 +37,16 @@ type cliResult struct {
 // gateway runs the gateway with args, within limit, and returns what it did.
 func gateway(t *testing.T, limit time.Duration, args ...string) cliResult {
 	t.Helper()
+	return gatewayWithEnv(t, limit, nil, args...)
+}
+
+// gatewayWithEnv is gateway with env (NAME=value) added to its environment.
+func gatewayWithEnv(t *testing.T, limit time.Duration, env []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), cliEnv+"=1", "SESSIONWIRE_PROGRESS_EVERY=500ms")
+	cmd.Env = append(append(os.Environ(), cliEnv+"=1", "SESSIONWIRE_PROGRESS_EVERY=500ms"), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -125,6 +131,35 @@ func TestCommandLineErrors(t *testing.T) {
 		assert.NotContains(t, r.stderr, "NATS at", "%v: nothing was started", tc.args)
 		assert.Less(t, time.Since(start), 20*time.Second)
 	}
+}
+
+// A role started without SESSIONWIRE_SIGNING_KEY signs and verifies with the
+// demo key, which is in the source: it says so, once, as it starts, and
+// says how to set a real one. With a key set, or for a role process a
+// one-process run started itself, it says nothing.
+func TestDemoKeyIsWarnedOf(t *testing.T) {
+	const warning = "warning: SESSIONWIRE_SIGNING_KEY is not set: sessions are signed and verified with the demo key"
+	nats := []string{"--nats-url", "nats://127.0.0.1:1"} // nothing listens there: the role stops after its start-up
+	for _, args := range [][]string{
+		append([]string{"--role", "gateway"}, nats...),
+		append([]string{"--role", "worker", "--downstream-url", "http://127.0.0.1:1/downstream"}, nats...),
+		append([]string{"--role", "router", "--platform-url", "http://127.0.0.1:1/platforms"}, nats...),
+	} {
+		r := gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY="}, args...)
+		assert.Equal(t, 1, r.code, "%v: NATS is not there", args)
+		assert.Equal(t, 1, strings.Count(r.stderr, warning), "%v: one warning\n%s", args, r.stderr)
+		assert.Contains(t, r.stderr, args[1]+": "+warning, "%v: from the role", args)
+		assert.Contains(t, r.stderr, "Set it to the same random secret of at least 32 bytes for every role "+
+			"(such as export SESSIONWIRE_SIGNING_KEY=$(openssl rand -base64 32))", "%v", args)
+
+		r = gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY=" + strings.Repeat("k", 32)}, args...)
+		assert.NotContains(t, r.stderr, "warning", "%v: a key is set", args)
+		r = gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY=", childEnv + "=1"}, args...)
+		assert.NotContains(t, r.stderr, "warning", "%v: started by a one-process run, the demo", args)
+	}
+	r := gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY="}, "--role", "router", "--nats-url", "nats://127.0.0.1:1")
+	assert.Equal(t, 2, r.code)
+	assert.NotContains(t, r.stderr, "warning", "a command line that makes no sense starts nothing, and warns of nothing")
 }
 
 // --json: standard output is the summary alone; progress still goes to

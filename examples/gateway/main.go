@@ -88,6 +88,24 @@ type config struct {
 // 32 bytes, the same for every process of a deployment.
 const demoKey = "sessionwire demo key: not a secret, set SESSIONWIRE_SIGNING_KEY"
 
+// childEnv is set (to 1) in the environment of the role processes a
+// one-process run starts itself (--chaos, --fault router-kill, the NATS
+// nodes): they belong to the demo, which says nothing of its key, while a
+// role started by an operator warns about it (warnDemoKey).
+const childEnv = "SESSIONWIRE_GATEWAY_CHILD"
+
+// warnDemoKey prints one line on standard error when a role that signs or
+// verifies sessions runs with demoKey: a deployment whose key anyone can
+// read accepts anyone's jobs and replies.
+func warnDemoKey(c config) {
+	if string(c.key.Secret) != demoKey || os.Getenv(childEnv) == "1" {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s: warning: SESSIONWIRE_SIGNING_KEY is not set: sessions are signed and verified with the demo key "+
+		"written in the gateway's source, so anyone can forge jobs and replies. Set it to the same random secret of at least "+
+		"32 bytes for every role (such as export SESSIONWIRE_SIGNING_KEY=$(openssl rand -base64 32))\n", c.role)
+}
+
 func main() {
 	err := run(os.Args[1:])
 	switch {
@@ -205,6 +223,7 @@ func run(args []string) error {
 	case "nats-node":
 		return runNATSNode(ctx, c.node)
 	case "gateway", "worker", "router":
+		warnDemoKey(c)
 		return runRole(ctx, c)
 	case "load":
 		return runLoad(ctx, c)

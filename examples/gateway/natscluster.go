@@ -210,6 +210,7 @@ func (c *natsCluster) stop() {
 func spawnReady(role string, args ...string) (*exec.Cmd, string, error) {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), childEnv+"=1") // part of this run: no warning of its own about the demo key
 	// Its own process group: a Ctrl-C on the terminal reaches this process
 	// alone, which then stops its children in order (workers and router
 	// before the NATS servers they use), instead of every process dying at
