@@ -139,14 +139,20 @@ func TestCommandLineErrors(t *testing.T) {
 // one-process run started itself, it says nothing.
 func TestDemoKeyIsWarnedOf(t *testing.T) {
 	const warning = "warning: SESSIONWIRE_SIGNING_KEY is not set: sessions are signed and verified with the demo key"
-	nats := []string{"--nats-url", "nats://127.0.0.1:1"} // nothing listens there: the role stops after its start-up
+	// A server without JetStream: the role stops right after its start-up.
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	defer ns.Shutdown()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nats := []string{"--nats-url", ns.ClientURL()}
 	for _, args := range [][]string{
 		append([]string{"--role", "gateway"}, nats...),
 		append([]string{"--role", "worker", "--downstream-url", "http://127.0.0.1:1/downstream"}, nats...),
 		append([]string{"--role", "router", "--platform-url", "http://127.0.0.1:1/platforms"}, nats...),
 	} {
 		r := gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY="}, args...)
-		assert.Equal(t, 1, r.code, "%v: NATS is not there", args)
+		assert.Equal(t, 1, r.code, "%v: NATS has no JetStream", args)
 		assert.Equal(t, 1, strings.Count(r.stderr, warning), "%v: one warning\n%s", args, r.stderr)
 		assert.Contains(t, r.stderr, args[1]+": "+warning, "%v: from the role", args)
 		assert.Contains(t, r.stderr, "Set it to the same random secret of at least 32 bytes for every role "+
