@@ -145,14 +145,22 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 
 // binding is what a signature on a message is bound to: the transport, its
 // exchange (as [exchangeName] names it), its routing key and its MessageId
-// ("" when it has none). It is never empty, so a signature made for a
+// ("" when it has none), in [messaging.Binding]'s form:
+// "amqp\x00"+len(exchange)+":"+exchange+"\x00"+len(routingKey)+":"+routingKey+"\x00"+id,
+// the lengths in decimal. It is never empty, so a signature made for a
 // message does not verify on another exchange or routing key, nor where
 // nothing binds a signature (an HTTP request, a child process's
-// environment: ""), nor on a Kafka record (whose binding starts with
-// "kafka\x00"); with a MessageId, not on another message either. Without
-// one, a captured signed message can be published again to the same
-// exchange and routing key, and is accepted there until the verifier's
-// maximum age.
+// environment: ""), nor on a Kafka record or a NATS message (whose
+// bindings start with "kafka\x00" and "nats\x00"); with a MessageId, not on
+// another message either. Without one, a captured signed message can be
+// published again to the same exchange and routing key, and is accepted
+// there until the verifier's maximum age.
+//
+// An exchange name, a routing key and a MessageId are AMQP short strings,
+// which may hold any byte, NUL included: the exchange and the routing key
+// are length-prefixed, so that exchange "a\x00b" with routing key "c" does
+// not bind what exchange "a" with routing key "b\x00c" binds, and the id,
+// last, runs to the end.
 func binding(exchange, routingKey, id string) string {
-	return "amqp\x00" + exchange + "\x00" + routingKey + "\x00" + id
+	return messaging.Binding(Transport, id, exchange, routingKey)
 }

@@ -213,3 +213,40 @@ func TestHTTPSignatureIsRefusedOnAMessage(t *testing.T) {
 	span.End()
 	wantBadSignature(t, ctx, err)
 }
+
+// Exchange names, routing keys and MessageIds may hold a NUL, so the parts
+// of a binding cannot be told apart by a separator alone: a message signed
+// for exchange "a\x00b" and routing key "c" is refused when delivered from
+// exchange "a" with routing key "b\x00c", and likewise when bytes move
+// between the routing key and the MessageId. Each message is accepted
+// where it was published.
+func TestSignatureIsBoundToAnUnambiguousRoute(t *testing.T) {
+	t.Parallel()
+	pub, cons, _ := signedPair(t)
+	for _, tc := range []struct {
+		name                       string
+		exchange, key, id          string
+		movedEx, movedKey, movedID string
+	}{
+		{"a NUL moved from the exchange into the routing key", "a\x00b", "c", "", "a", "b\x00c", ""},
+		{"a NUL moved from the routing key into the exchange", "a", "b\x00c", "", "a\x00b", "c", ""},
+		{"a NUL moved from the routing key into the MessageId", "chat", "in\x00m", "1", "chat", "in", "m\x001"},
+		{"a NUL moved from the MessageId into the routing key", "chat", "in", "m\x001", "chat", "in\x00m", "1"},
+		{"every part shifted, from the exchange into the MessageId", "a\x00b", "c", "d", "a", "b", "c\x00d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := amqp.Publishing{MessageId: tc.id, Body: []byte("hi")}
+			_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), &msg, tc.exchange, tc.key)
+			span.End()
+			ctx, span, err := cons.Extract(workerBase(), deliver(msg, tc.exchange, tc.key, false))
+			span.End()
+			wantAccepted(t, ctx, err, 1)
+
+			moved := msg
+			moved.MessageId = tc.movedID
+			ctx, span, err = cons.Extract(workerBase(), deliver(moved, tc.movedEx, tc.movedKey, false))
+			span.End()
+			wantBadSignature(t, ctx, err)
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -67,6 +68,55 @@ func DistinctUnderFolding(keys iter.Seq[string]) bool {
 		n++
 	}
 	return true
+}
+
+// Binding returns what a signature on a message is bound to
+// ([propagation.Dest.MessageID], [propagation.Peer.MessageID]): the
+// transport's name and a NUL, then each part of the destination (a NATS
+// subject; an AMQP exchange and routing key) as its length in decimal, a
+// colon, its bytes and a NUL, and last the message's id ("" when it has
+// none):
+//
+//	Binding("amqp", "m-1", "chat", "in") == "amqp\x004:chat\x002:in\x00m-1"
+//
+// The destination's parts are length-prefixed because they may hold any
+// byte, NUL included (a NATS server delivers a subject with a NUL; AMQP
+// exchange names, routing keys and MessageIds are byte strings): a plain
+// separator would let exchange "a\x00b" with routing key "c" bind what
+// exchange "a" with routing key "b\x00c" binds. The id, last, runs to the
+// end. So the string reads back one way only: two messages bind the same
+// string only when their transport, destination and id are all the same.
+// It is never "" (what HTTP and a child process's environment bind), and
+// starts with its transport's name and a NUL, as a Kafka binding does
+// ("kafka\x00"), so no two transports bind the same string. The transport's
+// name must hold no NUL.
+func Binding(transport, id string, dest ...string) string {
+	n := len(transport) + 1 + len(id)
+	for _, d := range dest {
+		n += digits(len(d)) + 1 + len(d) + 1
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(transport)
+	b.WriteByte(0)
+	var num [20]byte
+	for _, d := range dest {
+		b.Write(strconv.AppendInt(num[:0], int64(len(d)), 10))
+		b.WriteByte(':')
+		b.WriteString(d)
+		b.WriteByte(0)
+	}
+	b.WriteString(id)
+	return b.String()
+}
+
+// digits is the number of decimal digits of n, which is not negative.
+func digits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // NoopSpan is returned where there is no message to start a span for.
