@@ -50,12 +50,13 @@
 // session.sig=v1.<key id>.<unix seconds>.<HMAC-SHA256, base64url>, computed
 // over the session's remote members exactly as they travel (present, absent
 // or Cleared), the key id, the issue time and what the transport binds it
-// to ([Signer.SignFor], [Peer.MessageID]): a NATS message's id; a Kafka
-// record's topic, and its message id when it has one; an AMQP message's
-// exchange and routing key, and its MessageId when it has one; nothing for
-// HTTP and child processes. Changing, adding or removing a session member,
-// or moving the signature to another message, topic, exchange or routing
-// key, breaks it; members that are not the session's are not covered and
+// to ([Signer.SignFor], [Peer.MessageID]): a NATS message's subject, and
+// its Nats-Msg-Id when it has one; a Kafka record's topic, and its message
+// id when it has one; an AMQP message's exchange and routing key, and its
+// MessageId when it has one; nothing for HTTP and child processes. Changing,
+// adding or removing a session member, or moving the signature to another
+// message, subject, topic, exchange, routing key or transport, breaks it;
+// members that are not the session's are not covered and
 // change freely. A Verifier holds several keys, so keys rotate without downtime.
 // See SECURITY.md at the repository root for the threat model.
 //

@@ -71,14 +71,14 @@ type Peer struct {
 	// Name identifies the source within the transport: the request's Host,
 	// a NATS subject, …
 	Name string
-	// MessageID is what a signature on this carrier is bound to: the
-	// transport's id of this message (the Nats-Msg-Id header of a NATS
-	// message); for Kafka and AMQP, the destination (topic; exchange and
-	// routing key) with the message id when there is one, so never "" there;
-	// "" where nothing binds a signature (HTTP, a child process's
-	// environment, a NATS message without an id). A signature is verified
-	// against it, so a signed session cannot be moved onto another message
-	// or destination; see [Signer.SignFor].
+	// MessageID is what a signature on this carrier is bound to: on the
+	// queues, the transport's name, the destination (a NATS subject; a
+	// Kafka topic; an AMQP exchange and routing key) and the message's id
+	// when it has one (NATS's Nats-Msg-Id header, Kafka's message-id
+	// header, AMQP's MessageId), so never "" there; "" where nothing binds a
+	// signature (HTTP, gRPC, a child process's environment). A signature is
+	// verified against it, so a signed session cannot be moved onto another
+	// message, destination or transport; see [Signer.SignFor].
 	MessageID string
 }
 
@@ -254,10 +254,10 @@ var canonicalBaggage = http.CanonicalHeaderKey(baggageHeader)
 // when the session is accepted, so that the next hop can verify it too, and
 // removed with the session otherwise. Two of them, or a malformed one, refuse
 // the session even without a verifier. A signature on a carrier that binds
-// it (Peer.MessageID is not "": a NATS message with an id, every Kafka
-// record and AMQP message) is bound to that message or destination and is
-// removed once the session is accepted: no next hop binds the same, so it
-// could verify nowhere else.
+// it (Peer.MessageID is not "": every NATS message, Kafka record and AMQP
+// message) is bound to that message or destination and is removed once the
+// session is accepted: no next hop binds the same, so it could verify
+// nowhere else.
 //
 // A nil policy is NewInbound(nil)'s: it trusts no peer. A nil carrier
 // returns ctx Reset and an error; a nil ctx is context.Background().

@@ -30,8 +30,8 @@ import (
 // Inbound.Extract), no display value cut, from a peer it trusted or with a
 // signature that verified. A signed line makes an entry only where the
 // policy verifies signatures and the carrier binds its signature
-// (Peer.MessageID is not "": a NATS message with an id, as the gateway's
-// workers receive, a Kafka record, an AMQP message), so that the peer is
+// (Peer.MessageID is not "": a NATS message, as the gateway's workers
+// receive, a Kafka record, an AMQP message), so that the peer is
 // not consulted and the signature, bound to its message or destination, is
 // removed once it verified. The
 // entry holds the line's members, the baggage OpenTelemetry parsed from it
@@ -86,8 +86,8 @@ const inboundWays = 4
 // and returns the same context it would have built (the signature or the
 // peer is still judged on every message). Only sessions accepted whole are
 // kept; signed ones only where the policy verifies signatures and the
-// carrier binds them (Peer.MessageID is not "": a NATS message with an id,
-// a Kafka record, an AMQP message). The default, 256, holds
+// carrier binds them (Peer.MessageID is not "": a NATS message, a Kafka
+// record, an AMQP message). The default, 256, holds
 // the active conversations of a busy consumer in about 1 MiB (3 MiB at
 // worst); [Counts].Cached says how many sessions it served.
 //

@@ -44,11 +44,12 @@ type Dest struct {
 	// modify it.
 	URL *url.URL
 	// MessageID is what a signature on this carrier is bound to, the mirror
-	// of [Peer.MessageID]: the transport's id of this message (the
-	// Nats-Msg-Id header of a NATS message); for Kafka and AMQP, the
-	// destination with the message id when there is one, never ""; ""
-	// where nothing binds a signature. A signature is bound to it, so it
-	// cannot be moved onto another message or destination. See
+	// of [Peer.MessageID]: on the queues (NATS, Kafka, AMQP), the
+	// transport's name, the destination and the message's id when it has
+	// one, never ""; "" where nothing binds a signature. A signature is
+	// bound to it, so it cannot be moved onto another message, destination
+	// or transport. The queue publishers build it only when the policy has
+	// a signer ("" otherwise), so an AllowFunc should not rely on it. See
 	// [Signer.SignFor].
 	MessageID string
 }
@@ -435,8 +436,9 @@ func outboundSession(b baggage.Baggage) (present, strays bool, err error) {
 // namespace the table does not know) and cuts a display value the table
 // would cut: a worker that sends on the session it was handed needs no
 // second reading of it (FuzzExtract holds the two ways to each other).
-// A signature kept in it (a message without an id) leaves it to
-// outboundSession, as a writer's baggage never holds one.
+// A signature kept in it (one accepted where nothing binds it: an HTTP
+// request, a child process's environment) leaves it to outboundSession, as
+// a writer's baggage never holds one.
 func acceptedSession(ctx context.Context, b baggage.Baggage) (present, ok bool) {
 	if !sessionstate.MayHaveRecord(b) {
 		return false, false

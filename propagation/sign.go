@@ -204,12 +204,12 @@ func (s *Signer) Sign(ctx context.Context) (context.Context, error) {
 }
 
 // SignFor is [Signer.Sign] bound to a message id: the signature then
-// verifies only on the message with that id (for NATS, its Nats-Msg-Id
-// header, as a NATS publisher whose Outbound signs does), so it cannot be moved onto
-// another message. A verifier binds the id the transport gives it, so
-// messageID must be exactly what the receiving side sees. The Kafka and
-// AMQP edges bind their destination with the id ([Dest.MessageID]), never
-// "".
+// verifies only where the receiving side binds exactly that string
+// ([Peer.MessageID]), so it cannot be moved onto another message. The
+// NATS, Kafka and AMQP edges bind their transport's name, the destination
+// (subject; topic; exchange and routing key) and the message's id when it
+// has one ([Dest.MessageID]), never "": a signature made for one of their
+// messages verifies on no other destination or transport.
 func (s *Signer) SignFor(ctx context.Context, messageID string) (context.Context, error) {
 	if ctx == nil {
 		ctx = context.Background()

@@ -143,10 +143,13 @@ const MessageIDHeader = "message-id"
 // topic and its [MessageIDHeader] ("" when the record has none). It is
 // never empty, so a signature made for a record does not verify on another
 // topic, nor where nothing binds a signature (an HTTP request, a child
-// process's environment: ""), nor on an AMQP message (whose binding starts
-// with "amqp\x00"); with an id, not on another record either. A Kafka topic
-// holds no NUL (its characters are [a-zA-Z0-9._-]), so the topic and the id
-// cannot trade bytes.
+// process's environment: ""), nor on an AMQP message or a NATS message
+// (whose bindings start with "amqp\x00" and "nats\x00"); with an id, not on
+// another record either. A Kafka topic holds no NUL (its characters are
+// [a-zA-Z0-9._-], which the broker enforces), and the id, which may hold
+// any byte, comes last and runs to the end, so the topic and the id cannot
+// trade bytes: the topic needs no length prefix, unlike a NATS subject or
+// an AMQP exchange name, which may hold a NUL.
 func binding(topic, id string) string {
 	return "kafka\x00" + topic + "\x00" + id
 }

@@ -31,9 +31,11 @@ type Consumer struct {
 //
 // when only the gateway can publish to the account the worker consumes from.
 // The policy sees each message as propagation.Peer{Transport: "nats", Name:
-// subject, MessageID: its Nats-Msg-Id header}; with a verifier
-// (propagation.WithVerifier) a signed session is accepted from any subject,
-// bound to that message id (see [WithOutbound]).
+// subject, MessageID: what a signature on it is bound to (its subject and
+// its Nats-Msg-Id header, if any)}; with a verifier
+// (propagation.WithVerifier) a signed session is accepted from any subject
+// when its signature was made for that subject and message id (see
+// [WithOutbound]).
 func NewConsumer(policy *propagation.Inbound, opts ...Option) *Consumer {
 	if policy == nil {
 		policy = propagation.NewInbound(nil)
@@ -89,9 +91,12 @@ func (c *Consumer) ExtractJetStream(ctx context.Context, msg jetstream.Msg) (con
 	return ctx, span, err
 }
 
+// extract is the consumer step for a message published to subject: for a
+// JetStream message, the subject it was published to and stored under
+// (jetstream.Msg.Subject), not the consumer's delivery subject.
 func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (context.Context, trace.Span, error) {
-	// The signature binds the exact header JetStream deduplicates on; a
-	// spelling in another case is not the message's id.
+	// The signature binds the subject and the exact header JetStream
+	// deduplicates on; a spelling in another case is not the message's id.
 	id := h.Get(jetstream.MsgIDHeader)
 	attrs := []attribute.KeyValue{
 		systemNATS,
@@ -103,7 +108,28 @@ func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (
 		attrs = append(attrs, semconv.MessagingMessageID(shown))
 	}
 	return messaging.Consume(ctx, &c.cfg.Config, c.tracer, c.policy, "process "+subject, attrs, HeaderCarrier(h),
-		propagation.Peer{Transport: Transport, Name: subject, MessageID: id}, "message on NATS subject")
+		propagation.Peer{Transport: Transport, Name: subject, MessageID: binding(subject, id)}, "message on NATS subject")
+}
+
+// binding is what a signature on a message is bound to: the transport, the
+// subject it was published to and its Nats-Msg-Id header ("" when it has
+// none), in [messaging.Binding]'s form:
+// "nats\x00"+len(subject)+":"+subject+"\x00"+id, the length in decimal.
+// It is never empty, so a signature made for a message does not verify on
+// another subject, nor where nothing binds a signature (an HTTP request, a
+// child process's environment: ""), nor on a Kafka record or an AMQP
+// message (whose bindings start with "kafka\x00" and "amqp\x00"), even
+// where a Nats-Msg-Id holds another transport's binding; with an id, not
+// on another message either. Without one, a captured signed message can be
+// published again to the same subject, and is accepted there until the
+// verifier's maximum age.
+//
+// The subject is length-prefixed: nats.go and the server (unless pedantic)
+// let a subject hold a NUL, and a header value may hold one too, so with a
+// plain separator subject "a\x00b" with id "c" would bind what subject "a"
+// with id "b\x00c" binds. The id, last, runs to the end.
+func binding(subject, id string) string {
+	return messaging.Binding(Transport, id, subject)
 }
 
 // Handler returns a nats.MsgHandler (for nc.Subscribe, nc.QueueSubscribe)

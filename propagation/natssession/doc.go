@@ -58,11 +58,21 @@
 //	msg.Header.Set(jetstream.MsgIDHeader, messageID) // before publishing: the signature binds it
 //	cons := natssession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)))
 //
-// The signature is bound to the message's Nats-Msg-Id, so it cannot be moved
-// onto another message, and the consumer removes it once it has accepted the
-// session (it could verify nowhere else). Keep the stream's duplicate window
-// at least as long as the verifier's maximum age: a replay with the same id
-// is then dropped by the server for as long as the signature is fresh.
+// The signature is bound to the subject the message was published to and,
+// when it has one, to its Nats-Msg-Id: it verifies on no other subject,
+// where nothing binds a signature (an HTTP request), nor on another
+// transport, and with an id not on another message. The consumer removes it
+// once it has accepted the session (it could verify nowhere else), with or
+// without an id. Keep the stream's duplicate window at least as long as the
+// verifier's maximum age: a replay with the same id is then dropped by the
+// server for as long as the signature is fresh. A message without an id can
+// be published again to the same subject and is accepted there until the
+// verifier's maximum age: set the id where a replay matters.
+//
+// The consumer binds the subject it sees (a JetStream message's is the one it
+// was published to): a subject mapping, an import that maps the subject, a
+// stream's subject transform or a republish, which deliver the message
+// under another subject, make its signature fail there.
 //
 // # Headers
 //

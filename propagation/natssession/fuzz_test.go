@@ -53,12 +53,13 @@ func parseHeaderText(s string) nats.Header {
 // per value, any spelling of any key) and subject to Consumer.Extract with a
 // policy that trusts no subject and verifies signatures made with
 // gatewayKey. The seeds hold one signed message: conversation 3, bound to
-// the message id "turn-1". Whatever the input:
+// the subject "chat.in" and the message id "turn-1". Whatever the input:
 //   - Extract does not panic and always returns a span to end;
 //   - with an error, the error wraps one of propagation's reasons and the
 //     session is wholly Unset (the worker's own session gone too);
 //   - without one, the session is wholly Unset or exactly conversation 3's,
-//     and then the message's exact Nats-Msg-Id header is "turn-1";
+//     and then the subject is "chat.in" and the message's exact
+//     Nats-Msg-Id header is "turn-1";
 //   - the same input gives the same outcome twice.
 //
 // Run it with
@@ -83,6 +84,8 @@ func FuzzConsumerExtract(f *testing.F) {
 		{strings.Replace(signed, "Nats-Msg-Id: turn-1", "nats-msg-id: turn-1", 1), "chat.in"},
 		{signed + "\nNats-Msg-Id: turn-2", "chat.in"},
 		{strings.Replace(signed, "baggage: ", "Baggage: ", 1), "chat.in"},
+		{signed, "chat.admin"},
+		{signed, "chat.in\x00"},
 		{signed + "\nBaggage: session.chat_id=forged", "chat.in"},
 		{signed + "\nbaggage: session.sig=v1.gw-1.1767225600.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "chat.in"},
 		{strings.Replace(signed, "session.thread_id=thread-3", "session.thread_id=thread-4", 1), "chat.in"},
@@ -131,8 +134,8 @@ func FuzzConsumerExtract(f *testing.F) {
 			if d := diff(ctx, c.received(), c.s.Stateless); len(d) > 0 {
 				t.Fatalf("accepted a session that was never signed:\n\t%s", joinLines(d))
 			}
-			if id := h.Get(jetstream.MsgIDHeader); id != "turn-1" {
-				t.Fatalf("accepted on message %q; the seed is signed for turn-1", id)
+			if id := h.Get(jetstream.MsgIDHeader); id != "turn-1" || subject != "chat.in" {
+				t.Fatalf("accepted on message %q, subject %q; the seed is signed for turn-1 on chat.in", id, subject)
 			}
 			if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
 				t.Fatal("a signature bound to a message is still in the context")

@@ -68,17 +68,21 @@ func WithPropagator(p otelprop.TextMapPropagator) Option {
 // members that are not the session's, and any session member already in
 // the message's headers is removed, whatever the spelling of the header.
 //
-// With a signer, the session is signed for the message's id: the
-// Nats-Msg-Id header (jetstream.MsgIDHeader) present in msg.Header when the
-// message is injected. A consumer whose policy verifies signatures
-// (propagation.WithVerifier) binds the same header, so the signed session
-// cannot be moved onto another message; on JetStream, whose duplicate window
-// drops a second message with the same id, it cannot be replayed with its
-// own id either while the window lasts. Set the id in msg.Header before
-// publishing (msg.Header.Set(jetstream.MsgIDHeader, id)): jetstream.WithMsgID
-// writes it during the publish, after the session was signed, so the
-// consumer would refuse the signature ([Publisher.PublishJetStream] reports
-// that case). A message without an id gets a signature bound to no message.
+// With a signer, every message's signature is bound to its subject and to
+// its id, the Nats-Msg-Id header (jetstream.MsgIDHeader) present in
+// msg.Header when the message is injected, or to no id when it has none. A
+// consumer whose policy verifies signatures (propagation.WithVerifier) binds
+// the subject it receives the message on and the same header, so the signed
+// session cannot be published again to another subject, nor carried to
+// another transport, and with an id it cannot be moved onto another
+// message; on JetStream, whose duplicate window drops a second message with
+// the same id, it cannot be replayed with its own id either while the window
+// lasts. A message without an id can be published again to the same subject
+// and is accepted there until the verifier's maximum age: set the id where a
+// replay matters. Set it in msg.Header before publishing
+// (msg.Header.Set(jetstream.MsgIDHeader, id)): jetstream.WithMsgID writes it
+// during the publish, after the session was signed, so the consumer would
+// refuse the signature ([Publisher.PublishJetStream] reports that case).
 // A [Consumer] ignores this option.
 func WithOutbound(o *propagation.Outbound) Option {
 	return func(c *config) { c.Out = o }

@@ -63,7 +63,9 @@ func NewPublisher(opts ...Option) *Publisher {
 // and writes that span's trace context and ctx's baggage into msg.Header
 // (allocated when nil) through the outbound policy ([WithOutbound]): the
 // session only when the policy allows the subject, signed for the message's
-// Nats-Msg-Id when it signs. It returns the span's context and the span;
+// subject and its Nats-Msg-Id (when it has one) when it signs. Set the
+// Nats-Msg-Id in msg.Header before calling Inject, and publish msg to the
+// same subject. It returns the span's context and the span;
 // the caller publishes msg and then ends the span. Use it for publishing
 // calls this package has no helper for (request-reply, PublishMsgAsync);
 // otherwise prefer [Publisher.Publish] or [Publisher.PublishJetStream].
@@ -85,8 +87,12 @@ func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context,
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
-	// The exact header the server deduplicates on and the consumer binds.
-	dest := propagation.Dest{Transport: Transport, Name: msg.Subject, MessageID: msg.Header.Get(jetstream.MsgIDHeader)}
+	dest := propagation.Dest{Transport: Transport, Name: msg.Subject}
+	if p.cfg.Out.Signer() != nil {
+		// What a signature is bound to, with or without a Nats-Msg-Id;
+		// built only when there is one.
+		dest.MessageID = binding(msg.Subject, msg.Header.Get(jetstream.MsgIDHeader))
+	}
 	attrs := []attribute.KeyValue{
 		systemNATS,
 		semconv.MessagingDestinationName(msg.Subject),
@@ -144,6 +150,8 @@ func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher
 	if c, ok := js.(interface{ Conn() *nats.Conn }); ok {
 		setServer(span, c.Conn())
 	}
+	// The signature is bound to msg.Subject and this id; PublishMsg keeps
+	// the subject, but its options may set the id.
 	signedFor := msg.Header.Get(jetstream.MsgIDHeader)
 	ack, err := js.PublishMsg(ctx, msg, opts...)
 	id := msg.Header.Get(jetstream.MsgIDHeader)
