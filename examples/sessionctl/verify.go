@@ -15,9 +15,13 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/amqpsession"
+	"github.com/sessionwire/sessionwire/propagation/kafkasession"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
 const verifyUsage = `usage: sessionctl [--json] verify (--key-file FILE | --key-env VARIABLE) [--key-id ID]
+                          [--nats-subject S | --kafka-topic T | --amqp-exchange E --amqp-routing-key K]
                           [--message-id ID] [--max-age DURATION] (LINE [LINE...] | -)
 
 Checks the signature (session.sig) of the session in one or more baggage
@@ -30,17 +34,65 @@ The key's secret is read from a file (its whole content, one trailing newline
 removed) or from an environment variable, never from the command line, where
 other users of the machine could read it in the process list.
 
+A signature on a queue's message is bound to where it was published and to
+its id, when it has one: give the subject (topic, or exchange and routing
+key) and --message-id as the message carried them. Without them the
+signature is checked as over HTTP, bound to nothing.
+
   sessionctl verify --key-env SESSIONWIRE_SIGNING_KEY "$BAGGAGE_HEADER"
   sessionctl verify --key-file /run/secrets/session-key --key-id 2026-12 \
-      --message-id 30000042 "$NATS_BAGGAGE_HEADER"`
+      --nats-subject gw.jobs.telegram --message-id job-7f3a "$NATS_BAGGAGE_HEADER"`
 
-func verifyFlags(fs *flag.FlagSet) (keyFile, keyEnv, keyID, messageID *string, maxAge *time.Duration) {
-	keyFile = fs.String("key-file", "", "read the key's secret from `FILE`, e.g. --key-file /run/secrets/session-key")
-	keyEnv = fs.String("key-env", "", "read the key's secret from the environment `VARIABLE`, e.g. --key-env SESSIONWIRE_SIGNING_KEY")
-	keyID = fs.String("key-id", "", "the key's `ID`, e.g. --key-id 2026-12 (default: the id the signature names, so only the secret is checked)")
-	messageID = fs.String("message-id", "", "the message `ID` the signature is bound to where the transport has one (NATS: the Nats-Msg-Id header), e.g. --message-id 30000042")
-	maxAge = fs.Duration("max-age", propagation.DefaultMaxAge, "how old a signature may be, e.g. --max-age 10m")
-	return
+// verifyOpts are verify's flags.
+type verifyOpts struct {
+	keyFile, keyEnv, keyID, messageID          *string
+	natsSubject, kafkaTopic, exchange, routing *string
+	maxAge                                     *time.Duration
+}
+
+func verifyFlags(fs *flag.FlagSet) verifyOpts {
+	return verifyOpts{
+		keyFile:     fs.String("key-file", "", "read the key's secret from `FILE`, e.g. --key-file /run/secrets/session-key"),
+		keyEnv:      fs.String("key-env", "", "read the key's secret from the environment `VARIABLE`, e.g. --key-env SESSIONWIRE_SIGNING_KEY"),
+		keyID:       fs.String("key-id", "", "the key's `ID`, e.g. --key-id 2026-12 (default: the id the signature names, so only the secret is checked)"),
+		messageID:   fs.String("message-id", "", "the message's `ID` (NATS: its Nats-Msg-Id; Kafka: its message-id header; AMQP: its MessageId), with its destination, e.g. --message-id job-7f3a"),
+		natsSubject: fs.String("nats-subject", "", "the NATS `SUBJECT` the message was published to, e.g. --nats-subject gw.jobs.telegram"),
+		kafkaTopic:  fs.String("kafka-topic", "", "the Kafka `TOPIC` the record was produced to, e.g. --kafka-topic chat.in"),
+		exchange:    fs.String("amqp-exchange", "", "the AMQP `EXCHANGE` the message was published to (\"\" for the default one), e.g. --amqp-exchange chat"),
+		routing:     fs.String("amqp-routing-key", "", "the AMQP routing `KEY` it was published with, e.g. --amqp-routing-key in"),
+		maxAge:      fs.Duration("max-age", propagation.DefaultMaxAge, "how old a signature may be, e.g. --max-age 10m"),
+	}
+}
+
+// binding is what the signature must be bound to, as the transport's
+// consumer binds it, and a description of it for people; "" for a
+// signature bound to nothing (HTTP, a child process's environment).
+func (o verifyOpts) binding(fs *flag.FlagSet) (bound, where string, err error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	amqp := set["amqp-exchange"] || set["amqp-routing-key"]
+	n := 0
+	for _, b := range []bool{set["nats-subject"], set["kafka-topic"], amqp} {
+		if b {
+			n++
+		}
+	}
+	id := *o.messageID
+	switch {
+	case n > 1:
+		return "", "", errors.New("give one destination: --nats-subject, --kafka-topic, or --amqp-exchange with --amqp-routing-key")
+	case set["nats-subject"]:
+		return natssession.Binding(*o.natsSubject, id), fmt.Sprintf("NATS subject %q, Nats-Msg-Id %q", *o.natsSubject, id), nil
+	case set["kafka-topic"]:
+		return kafkasession.Binding(*o.kafkaTopic, id), fmt.Sprintf("Kafka topic %q, message-id %q", *o.kafkaTopic, id), nil
+	case amqp:
+		return amqpsession.Binding(*o.exchange, *o.routing, id),
+			fmt.Sprintf("AMQP exchange %q, routing key %q, MessageId %q", *o.exchange, *o.routing, id), nil
+	case id != "":
+		return "", "", errors.New("--message-id alone binds nothing: a queue's signature is bound to where the message " +
+			"was published too; give --nats-subject, --kafka-topic, or --amqp-exchange with --amqp-routing-key beside it")
+	}
+	return "", "", nil
 }
 
 func init() {
@@ -61,6 +113,7 @@ type verifyReport struct {
 	AgeSeconds float64   `json:"age_seconds,omitempty"` // negative: issued in the future
 	MaxAge     string    `json:"max_age"`
 	MessageID  string    `json:"message_id,omitempty"`
+	BoundTo    string    `json:"bound_to,omitempty"` // the destination and id the signature must be bound to
 	// Covers lists what the MAC is computed over: every remote session key,
 	// present, Cleared or absent (an absent one is covered as absent).
 	Covers   []coveredKey `json:"covers"`
@@ -80,8 +133,13 @@ func runVerify(e env) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {}
-	keyFile, keyEnv, keyID, messageID, maxAge := verifyFlags(fs)
+	o := verifyFlags(fs)
+	keyFile, keyEnv, keyID, maxAge := o.keyFile, o.keyEnv, o.keyID, o.maxAge
 	if err := fs.Parse(e.args); err != nil {
+		return e.usageError("verify", "%v", err)
+	}
+	bound, where, err := o.binding(fs)
+	if err != nil {
 		return e.usageError("verify", "%v", err)
 	}
 	switch {
@@ -113,7 +171,7 @@ func runVerify(e env) int {
 	if !ok {
 		return code
 	}
-	r := verifyReport{MaxAge: maxAge.String(), MessageID: *messageID}
+	r := verifyReport{MaxAge: maxAge.String(), MessageID: *o.messageID, BoundTo: where}
 	lines, r.Notes = headerValues(lines)
 	var members []baggage.Member
 	h := http.Header{}
@@ -165,10 +223,10 @@ func runVerify(e env) int {
 	// signature, and the values it covers.
 	policy := propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
 	got, err := policy.Extract(context.Background(), otelprop.Baggage{}, otelprop.HeaderCarrier(h),
-		propagation.Peer{Transport: "sessionctl", MessageID: *messageID})
+		propagation.Peer{Transport: "sessionctl", MessageID: bound})
 	switch {
 	case err != nil:
-		r.Reason = explainSignature(err, r, *messageID)
+		r.Reason = explainSignature(err, r)
 		for _, e := range unjoin(err) {
 			r.Problems = append(r.Problems, e.Error())
 		}
@@ -199,7 +257,7 @@ func runVerify(e env) int {
 
 // explainSignature turns the policy's error into a sentence for someone who
 // has never read the signature format.
-func explainSignature(err error, r verifyReport, messageID string) string {
+func explainSignature(err error, r verifyReport) string {
 	switch {
 	case errors.Is(err, propagation.ErrUnknownKey):
 		return fmt.Sprintf("the signature names key %q, and the key given is %q: sign and verify with the same key id, or pass --key-id", r.KeyID, r.VerifyKey)
@@ -212,10 +270,11 @@ func explainSignature(err error, r verifyReport, messageID string) string {
 		return "the session.sig value is not a signature of the form v1.<key id>.<unix seconds>.<MAC>"
 	case errors.Is(err, propagation.ErrBadSignature):
 		why := "the MAC does not match: the secret differs, or a covered member was changed, added or removed"
-		if messageID == "" {
-			why += ", or the signature is bound to a message id (give it with --message-id)"
+		if r.BoundTo == "" {
+			why += ", or the signature is bound to a queue's message (give where it was published and its id: " +
+				"--nats-subject, --kafka-topic or --amqp-exchange with --amqp-routing-key, and --message-id)"
 		} else {
-			why += fmt.Sprintf(", or the signature belongs to another message than %q", messageID)
+			why += ", or the signature belongs to another message than the one on " + r.BoundTo
 		}
 		return why
 	}
@@ -238,10 +297,10 @@ func printVerify(e env, r verifyReport) {
 		}
 		fmt.Fprintf(w, "issued         %s (%s; the limit is %s)\n", r.IssuedAt.Format(time.RFC3339), when, r.MaxAge)
 	}
-	if r.MessageID != "" {
-		fmt.Fprintf(w, "message id     %s (the signature must be bound to it)\n", r.MessageID)
+	if r.BoundTo != "" {
+		fmt.Fprintf(w, "bound to       %s (the signature must be bound to it)\n", r.BoundTo)
 	} else {
-		fmt.Fprintln(w, "message id     (none: checked as a signature not bound to a message, as over HTTP)")
+		fmt.Fprintln(w, "bound to       (nothing: checked as a signature not bound to a message, as over HTTP)")
 	}
 	var set, cleared, absent []string
 	for _, c := range r.Covers {
@@ -254,7 +313,7 @@ func printVerify(e env, r verifyReport) {
 			absent = append(absent, c.Key)
 		}
 	}
-	fmt.Fprintf(w, "covers         the key id, the issue time, the message id and every session key as it travels:\n")
+	fmt.Fprintf(w, "covers         the key id, the issue time, what it is bound to and every session key as it travels:\n")
 	fmt.Fprintf(w, "                 set (%d): %s\n", len(set), orNone(set))
 	fmt.Fprintf(w, "                 cleared (%d): %s\n", len(cleared), orNone(cleared))
 	fmt.Fprintf(w, "                 absent (%d, covered as absent: adding one breaks the signature)\n", len(absent))

@@ -17,12 +17,14 @@ import (
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/natssession"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-test"
 
 // signed returns the baggage header of a session signed with key id kid at
-// time at, bound to messageID when it is not empty.
+// time at, bound to a NATS message on gw.jobs.telegram with the Nats-Msg-Id
+// messageID when it is not empty.
 func signed(t *testing.T, kid string, at time.Time, messageID string) string {
 	t.Helper()
 	s, err := propagation.NewSigner(propagation.Key{ID: kid, Secret: []byte(testSecret)},
@@ -30,7 +32,7 @@ func signed(t *testing.T, kid string, at time.Time, messageID string) string {
 	require.NoError(t, err)
 	ctx := otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "42", ThreadID: "7"})
 	if messageID != "" {
-		ctx, err = s.SignFor(ctx, messageID)
+		ctx, err = s.SignFor(ctx, natssession.Binding("gw.jobs.telegram", messageID))
 	} else {
 		ctx, err = s.Sign(ctx)
 	}
@@ -90,8 +92,11 @@ func TestVerify(t *testing.T) {
 		{"expired", []string{signed(t, "2026-12", now.Add(-time.Hour), "")}, "older than --max-age"},
 		{"from the future", []string{signed(t, "2026-12", now.Add(time.Hour), "")}, "in the future"},
 		{"unsigned", []string{"session.platform=telegram,session.chat_id=42"}, "not signed"},
-		{"bound to a message, none given", []string{signed(t, "2026-12", now, "m-1")}, "--message-id"},
-		{"bound to another message", []string{"--message-id", "m-2", signed(t, "2026-12", now, "m-1")}, `another message than "m-2"`},
+		{"bound to a message, none given", []string{signed(t, "2026-12", now, "m-1")}, "--nats-subject"},
+		{"bound to another message", []string{"--nats-subject", "gw.jobs.telegram", "--message-id", "m-2", signed(t, "2026-12", now, "m-1")},
+			`another message than the one on NATS subject "gw.jobs.telegram", Nats-Msg-Id "m-2"`},
+		{"published to another subject", []string{"--nats-subject", "gw.jobs.slack", "--message-id", "m-1", signed(t, "2026-12", now, "m-1")}, "another message"},
+		{"as a Kafka record", []string{"--kafka-topic", "gw.jobs.telegram", "--message-id", "m-1", signed(t, "2026-12", now, "m-1")}, "another message"},
 		{"malformed signature", []string{"session.chat_id=1,session.sig=v2.x"}, "not a signature"},
 		{"not baggage", []string{"hello world"}, "not signed"},
 	} {
@@ -102,8 +107,20 @@ func TestVerify(t *testing.T) {
 			assert.Contains(t, r.Reason, tc.reason)
 		})
 	}
-	code, r, _ = verifyJSON(t, env, "--key-env", "KEY", "--message-id", "m-1", signed(t, "2026-12", now, "m-1"))
+	code, r, _ = verifyJSON(t, env, "--key-env", "KEY", "--nats-subject", "gw.jobs.telegram", "--message-id", "m-1", signed(t, "2026-12", now, "m-1"))
 	assert.Equal(t, exitYes, code, r.Reason)
+	assert.Equal(t, `NATS subject "gw.jobs.telegram", Nats-Msg-Id "m-1"`, r.BoundTo)
+
+	// A queue's signature is bound to its destination: an id alone, or two
+	// destinations, make no sense.
+	for _, args := range [][]string{
+		{"--message-id", "m-1"},
+		{"--nats-subject", "a", "--kafka-topic", "b"},
+	} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, exitUsage, run(append(append([]string{"verify", "--key-env", "KEY"}, args...), good), &out, &errOut, env), "%v", args)
+		assert.Contains(t, errOut.String(), "--nats-subject", "%v", args)
+	}
 
 	// The text form names the key, the age and the reason.
 	var out bytes.Buffer

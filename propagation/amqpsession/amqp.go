@@ -164,3 +164,12 @@ func (c *Consumer) Extract(ctx context.Context, d *amqp.Delivery) (context.Conte
 func binding(exchange, routingKey, id string) string {
 	return messaging.Binding(Transport, id, exchange, routingKey)
 }
+
+// Binding is what a signature on a message published to exchange ("" for
+// the default exchange) with routingKey and MessageId messageID ("" for
+// none) is bound to. To check such a signature by hand, give it as
+// propagation.Peer.MessageID to an Inbound policy with a verifier
+// (sessionctl verify --amqp-exchange does).
+func Binding(exchange, routingKey, messageID string) string {
+	return binding(exchangeName(exchange), routingKey, messageID)
+}

@@ -153,3 +153,9 @@ const MessageIDHeader = "message-id"
 func binding(topic, id string) string {
 	return "kafka\x00" + topic + "\x00" + id
 }
+
+// Binding is what a signature on a record of topic, with the
+// [MessageIDHeader] id ("" for none), is bound to. To check such a
+// signature by hand, give it as propagation.Peer.MessageID to an Inbound
+// policy with a verifier (sessionctl verify --kafka-topic does).
+func Binding(topic, id string) string { return binding(topic, id) }

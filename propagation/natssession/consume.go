@@ -132,6 +132,12 @@ func binding(subject, id string) string {
 	return messaging.Binding(Transport, id, subject)
 }
 
+// Binding is what a signature on a message published to subject, with the
+// Nats-Msg-Id msgID ("" for none), is bound to. To check such a signature
+// by hand, give it as propagation.Peer.MessageID to an Inbound policy with
+// a verifier (sessionctl verify --nats-subject does).
+func Binding(subject, msgID string) string { return binding(subject, msgID) }
+
 // Handler returns a nats.MsgHandler (for nc.Subscribe, nc.QueueSubscribe)
 // that runs h for each message in a fresh context derived from base, as
 // [Consumer.Extract] builds it, inside the message's consumer span. An error
