@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -939,19 +940,7 @@ func TestDirectMessagesGoToTheirUser(t *testing.T) {
 	top, err := startTopology(context.Background(), c)
 	require.NoError(t, err)
 	defer top.stop()
-	var mu sync.Mutex
-	refused := map[string]string{} // kind.id: reason
-	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
-		var r refusal
-		if json.Unmarshal(m.Data, &r) == nil {
-			mu.Lock()
-			refused[r.Kind+"."+r.ID] = r.Reason
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err)
-	defer sub.Unsubscribe()
-	require.NoError(t, top.nc.Flush())
+	refusals := watchRefusals(t, top.nc)
 
 	posts := []struct{ platform, body string }{
 		{"discord", `{"id":"900","channel_id":"DM1","author":{"id":"u7"},"content":"hi","background":true}`},
@@ -984,7 +973,7 @@ func TestDirectMessagesGoToTheirUser(t *testing.T) {
 		}
 		return m
 	}
-	reason := func() string { mu.Lock(); defer mu.Unlock(); return refused["reply.901"] }
+	reason := func() string { return refusals()["reply.901"] }
 	assert.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, got()) && reason() != "" }, 30*time.Second, 100*time.Millisecond)
 	assert.Equal(t, want, got(), "every direct message answered, for its user; the guild-less thread not at all")
 	assert.Contains(t, reason(), "without a scope")
@@ -1102,6 +1091,26 @@ func TestHealthzFollowsNATS(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, health())
 	ns.Shutdown()
 	assert.Eventually(t, func() bool { return health() == http.StatusServiceUnavailable }, 5*time.Second, 20*time.Millisecond)
+}
+
+// watchRefusals subscribes to the router's refusals, forged ones left out,
+// until the test ends; what it returns reads them so far, by kind.id.
+func watchRefusals(t *testing.T, nc *nats.Conn) func() map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	refused := map[string]string{} // kind.id: reason
+	sub, err := nc.Subscribe(refusedSubject, func(m *nats.Msg) {
+		var r refusal
+		if json.Unmarshal(m.Data, &r) == nil && !r.Forged {
+			mu.Lock()
+			refused[r.Kind+"."+r.ID] = r.Reason
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return func() map[string]string { mu.Lock(); defer mu.Unlock(); return maps.Clone(refused) }
 }
 
 // headerMsg is a JetStream message with headers and nothing else.

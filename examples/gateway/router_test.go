@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -17,26 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sessionwire/sessionwire/internal/syncbuf"
 	"github.com/sessionwire/sessionwire/otelsession"
 )
-
-// syncBuffer is a log written by the router's goroutines and read by a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // One chat whose deliveries its platform refuses for good (Telegram answers
 // 403 "bot was blocked by the user" to a chat whose user blocked the bot,
@@ -47,7 +29,7 @@ func (s *syncBuffer) String() string {
 // refused (reported, with the platform's status, and logged), and the other
 // chats' replies arrive at once.
 func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
-	var log syncBuffer
+	var log syncbuf.Buffer
 	c := testConfig(t, "--messages", "1", "--conversations", "1")
 	c.routerLog = &log
 	top, err := startTopology(context.Background(), c)
@@ -62,19 +44,7 @@ func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
 	top.p.refuse = map[string]int{"telegram/403403": http.StatusForbidden}
 	top.p.mu.Unlock()
 
-	var mu sync.Mutex
-	refused := map[string]string{} // kind.id: reason
-	sub, err := top.nc.Subscribe(refusedSubject, func(m *nats.Msg) {
-		var r refusal
-		if json.Unmarshal(m.Data, &r) == nil && !r.Forged {
-			mu.Lock()
-			refused[r.Kind+"."+r.ID] = r.Reason
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err)
-	defer sub.Unsubscribe()
-	require.NoError(t, top.nc.Flush())
+	refusals := watchRefusals(t, top.nc)
 
 	post := func(body string) {
 		t.Helper()
@@ -128,7 +98,7 @@ func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		wantRefused = append(wantRefused, fmt.Sprint("reply.", i))
 	}
-	reasons := func() map[string]string { mu.Lock(); defer mu.Unlock(); return maps.Clone(refused) }
+	reasons := refusals
 	assert.Eventually(t, func() bool { return len(reasons()) == len(wantRefused) }, 30*time.Second, 50*time.Millisecond,
 		"each of the blocked chat's deliveries is reported refused")
 	got := reasons()

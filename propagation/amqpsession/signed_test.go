@@ -21,19 +21,7 @@ import (
 // with the reason NATS gives (ErrBadSignature).
 func TestSignatureIsBoundToTheMessage(t *testing.T) {
 	t.Parallel()
-	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
-	signer, err := propagation.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := propagation.NewVerifier([]propagation.Key{key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c),
-		amqpsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
-	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
-		amqpsession.WithPropagator(w3c))
+	pub, cons, _ := signedPair(t)
 
 	msg := amqp.Publishing{MessageId: "m-1", Body: []byte("hi")}
 	_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), &msg, "chat", "in")

@@ -21,19 +21,7 @@ import (
 // refused with the reason NATS gives (ErrBadSignature).
 func TestSignatureIsBoundToTheRecord(t *testing.T) {
 	t.Parallel()
-	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
-	signer, err := propagation.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := propagation.NewVerifier([]propagation.Key{key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c),
-		kafkasession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
-	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
-		kafkasession.WithPropagator(w3c))
+	pub, cons, _ := signedPair(t)
 
 	r := &kgo.Record{Topic: "chat-in", Value: []byte("hi"), Headers: h(kafkasession.MessageIDHeader, "m-1")}
 	_, span := pub.Inject(otelsession.Bind(context.Background(), sessionFor(1)), r)
