@@ -111,6 +111,7 @@ const maxMessages = 1_000_000
 // derives what follows from them: the open-loop message count, the trust
 // policy and the signing key. Every error is a usageError.
 func (c *config) finish(set map[string]bool, keyID, trust string) error {
+	c.auth = webhookAuthFromEnv()
 	c.key = sessionprop.Key{ID: keyID, Secret: []byte(demoKey)}
 	if secret := os.Getenv("SESSIONWIRE_SIGNING_KEY"); secret != "" {
 		c.key.Secret = []byte(secret)

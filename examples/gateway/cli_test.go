@@ -159,11 +159,19 @@ func TestDemoKeyIsWarnedOf(t *testing.T) {
 			"(such as export SESSIONWIRE_SIGNING_KEY=$(openssl rand -base64 32))", "%v", args)
 
 		r = gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY=" + strings.Repeat("k", 32)}, args...)
-		assert.NotContains(t, r.stderr, "warning", "%v: a key is set", args)
+		assert.NotContains(t, r.stderr, warning, "%v: a key is set", args)
 		r = gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY=", childEnv + "=1"}, args...)
 		assert.NotContains(t, r.stderr, "warning", "%v: started by a one-process run, the demo", args)
 	}
-	r := gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY="}, "--role", "router", "--nats-url", "nats://127.0.0.1:1")
+	// The gateway role also says which platforms' posts it cannot check.
+	r := gatewayWithEnv(t, 30*time.Second, []string{envTelegramToken + "=", envSlackSecret + "=s", envIngressToken + "="},
+		append([]string{"--role", "gateway"}, nats...)...)
+	assert.Contains(t, r.stderr, "gateway: warning: posts are not checked for telegram ("+envTelegramToken+
+		"), discord and api ("+envIngressToken+"): anyone who can reach the ingress can post as any chat there")
+	r = gatewayWithEnv(t, 30*time.Second, []string{envTelegramToken + "=t", envSlackSecret + "=s", envIngressToken + "=b"},
+		append([]string{"--role", "gateway"}, nats...)...)
+	assert.NotContains(t, r.stderr, "posts are not checked")
+	r = gatewayWithEnv(t, 30*time.Second, []string{"SESSIONWIRE_SIGNING_KEY="}, "--role", "router", "--nats-url", "nats://127.0.0.1:1")
 	assert.Equal(t, 2, r.code)
 	assert.NotContains(t, r.stderr, "warning", "a command line that makes no sense starts nothing, and warns of nothing")
 }

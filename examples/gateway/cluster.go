@@ -186,7 +186,7 @@ func (t *topology) drive(ctx context.Context, seed uint64, progress io.Writer) (
 	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
 		inFlight: 64, timeout: c.timeout, idle: idle, progress: progress, seed: seed, rate: c.rate,
-		posted: &posted, faults: clock}, t.nc, t.p)
+		posted: &posted, faults: clock, auth: c.auth}, t.nc, t.p)
 	stopFault()
 	<-injected
 	s.Store = c.store
@@ -405,7 +405,7 @@ func runLoad(ctx context.Context, c config) error {
 		return err
 	}
 	s, err := drive(ctx, driverConfig{ingressURL: c.ingressURL, messages: c.messages, conversations: c.conversations,
-		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed, rate: c.rate}, nc, p)
+		inFlight: 64, timeout: c.timeout, idle: 15 * time.Second, progress: os.Stderr, seed: c.seed, rate: c.rate, auth: c.auth}, nc, p)
 	if err != nil {
 		return err
 	}

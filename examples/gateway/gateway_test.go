@@ -1009,7 +1009,7 @@ func TestMessageKey(t *testing.T) {
 // queues nothing: a platform does not retry a 4xx, and a bad message must
 // not become a job. (No NATS here: a refused message never reaches it.)
 func TestIngressRefusesBadMessages(t *testing.T) {
-	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, nil)
+	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, nil, webhookAuth{})
 	for _, c := range []struct {
 		platform, body string
 		code           int
@@ -1082,7 +1082,7 @@ func TestHealthzFollowsNATS(t *testing.T) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, js)
+	h := ingress(noop.NewTracerProvider().Tracer("test"), nil, js, webhookAuth{})
 	health := func() int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -264,10 +265,27 @@ const ingressDeadline = 8 * time.Second
 
 // ingress is the gateway role: POST /v1/{platform}/messages binds the
 // message's session and queues it.
-func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetStream) http.Handler {
+func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetStream, auth webhookAuth) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/{platform}/messages", func(w http.ResponseWriter, r *http.Request) {
 		platform := r.PathValue("platform")
+		// The platform's proof covers the body as sent (Slack signs it):
+		// read it whole, check it, then decode it.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageBytes))
+		if err != nil {
+			code := http.StatusBadRequest
+			if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+				code = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "gateway: read the message: "+err.Error(), code)
+			return
+		}
+		if err := auth.check(platform, r.Header, body); err != nil {
+			// Nothing is queued: whoever sent it cannot show it is the platform.
+			http.Error(w, "gateway: "+platform+" post refused: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		s, j, err := normalise(platform, r)
 		var skip ignored
 		var ch challenge
@@ -299,12 +317,12 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 		ctx := otelsession.Bind(otelsession.Reset(r.Context()), s)
 		ctx, span := tracer.Start(ctx, "ingress "+platform)
 		defer span.End()
-		body, err := json.Marshal(j)
+		encoded, err := json.Marshal(j)
 		if err != nil {
 			http.Error(w, "gateway: encode the job: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		msg := &nats.Msg{Subject: jobsSubject + platform, Data: body, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: jobsSubject + platform, Data: encoded, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, "job-"+j.Key) // a retried post is queued once
 		// Retried with the same id while a leader is elected after a node
 		// loss, within the poster's patience (the load driver waits 10 s).

@@ -544,6 +544,7 @@ type driverConfig struct {
 	posted        *atomic.Int64 // if set, counts the messages the ingress accepted
 	faults        *faultClock   // if set, where a fault injector records what it did
 	seed          uint64
+	auth          webhookAuth // what each post carries to prove its platform
 }
 
 // drive sends the load and waits for its outcome.
@@ -660,7 +661,7 @@ func drive(ctx context.Context, cfg driverConfig, nc *nats.Conn, p *platforms) (
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			tries, err := post(ctx, client, cfg.ingressURL, msgs[i], start.Add(cfg.timeout))
+			tries, err := post(ctx, client, cfg.ingressURL, cfg.auth, msgs[i], start.Add(cfg.timeout))
 			if tries > 1 {
 				postedAgain.Add(1)
 			}
@@ -831,7 +832,7 @@ func btoi(b bool) int {
 // 429, a lost connection, a gateway not listening) is tried again, backing
 // off from 100 ms to 2 s, until the deadline: the message id makes a
 // repeated post queue the message once. A 4xx is final.
-func post(ctx context.Context, client *http.Client, ingressURL string, m message, deadline time.Time) (tries int, _ error) {
+func post(ctx context.Context, client *http.Client, ingressURL string, auth webhookAuth, m message, deadline time.Time) (tries int, _ error) {
 	platform, body := m.body()
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -844,6 +845,7 @@ func post(ctx context.Context, client *http.Client, ingressURL string, m message
 			return tries, fmt.Errorf("build the post of message %s: %w", m.id, err)
 		}
 		req.Header.Set("Content-Type", "application/json")
+		auth.sign(platform, req.Header, b)
 		tries++
 		resp, err := client.Do(req)
 		if err == nil {

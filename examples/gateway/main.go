@@ -53,6 +53,7 @@ import (
 )
 
 type config struct {
+	auth          webhookAuth // the platforms' secrets, from the environment
 	role          string
 	natsURL       string
 	store         string
@@ -104,6 +105,20 @@ func warnDemoKey(c config) {
 	fmt.Fprintf(os.Stderr, "%s: warning: SESSIONWIRE_SIGNING_KEY is not set: sessions are signed and verified with the demo key "+
 		"written in the gateway's source, so anyone can forge jobs and replies. Set it to the same random secret of at least "+
 		"32 bytes for every role (such as export SESSIONWIRE_SIGNING_KEY=$(openssl rand -base64 32))\n", c.role)
+}
+
+// warnUncheckedPosts prints one line on standard error when the gateway
+// role takes posts it cannot tell from a forger's: anyone who can reach it
+// could post as any chat, and the gateway would answer there.
+func warnUncheckedPosts(c config) {
+	if c.role != "gateway" || os.Getenv(childEnv) == "1" {
+		return
+	}
+	if m := c.auth.missing(); len(m) > 0 {
+		fmt.Fprintf(os.Stderr, "gateway: warning: posts are not checked for %s: anyone who can reach the ingress can post "+
+			"as any chat there. Set the platform's secret in each (see the README, \"Posting to the ingress yourself\")\n",
+			strings.Join(m, ", "))
+	}
 }
 
 func main() {
@@ -224,6 +239,7 @@ func run(args []string) error {
 		return runNATSNode(ctx, c.node)
 	case "gateway", "worker", "router":
 		warnDemoKey(c)
+		warnUncheckedPosts(c)
 		return runRole(ctx, c)
 	case "load":
 		return runLoad(ctx, c)
@@ -341,7 +357,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 		}
 		pub := natssession.NewPublisher(natssession.WithTracerProvider(tp), natssession.WithPropagator(propagatorFor(c.store)),
 			natssession.WithOutbound(out))
-		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js))
+		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js, c.auth))
 	case "worker":
 		out, verifier, err := hop(c.key)
 		if err != nil {
