@@ -23,14 +23,24 @@ const breakerTrips = 5
 // service while the others still wait; its success closes the breaker, its
 // failure opens it for the next pause. The work that was not called waits
 // for its next delivery, as work that failed does.
+//
+// Calls made for someone (callFor: the router's, for a chat) open it only
+// when the failures in a row are more than one chat's: a platform that
+// keeps failing one chat (a 503 for that chat alone) is up for the others,
+// whose deliveries must not wait behind it.
 type breaker struct {
 	mu       sync.Mutex
-	failures int       // in a row
-	until    time.Time // open until then
+	failures int             // in a row
+	whos     map[string]bool // for whom the failures in a row were
+	until    time.Time       // open until then
 	pause    time.Duration
 	probing  bool  // a probe's call is under way
 	last     error // the last failure, which the work not called is told
 }
+
+// tripped reports whether the failures in a row open the breaker: enough of
+// them, and not all for one.
+func (b *breaker) tripped() bool { return b.failures >= breakerTrips && len(b.whos) != 1 }
 
 // shut reports whether a call now would be refused: the breaker is open and
 // its pause not over, or another call is probing. It takes nothing: work
@@ -38,7 +48,7 @@ type breaker struct {
 func (b *breaker) shut(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.failures >= breakerTrips && (b.probing || now.Before(b.until))
+	return b.tripped() && (b.probing || now.Before(b.until))
 }
 
 // allow reports whether a call may be made now, and whether it is the
@@ -47,7 +57,7 @@ func (b *breaker) allow(now time.Time) (probe, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.failures < breakerTrips:
+	case !b.tripped():
 		return false, true
 	case b.probing || now.Before(b.until):
 		return false, false
@@ -57,22 +67,32 @@ func (b *breaker) allow(now time.Time) (probe, ok bool) {
 }
 
 // done records the outcome of a call allow allowed.
-func (b *breaker) done(probe bool, err error, now time.Time) {
+func (b *breaker) done(probe bool, err error, now time.Time) { b.doneFor(probe, "", err, now) }
+
+// doneFor records the outcome of a call allow allowed, made for who ("" for
+// nobody in particular).
+func (b *breaker) doneFor(probe bool, who string, err error, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if probe {
 		b.probing = false
 	}
 	if err == nil {
-		b.failures, b.pause, b.until, b.last = 0, 0, time.Time{}, nil
+		b.failures, b.whos, b.pause, b.until, b.last = 0, nil, 0, time.Time{}, nil
 		return
 	}
 	b.failures++
 	b.last = err
+	if who != "" {
+		if b.whos == nil {
+			b.whos = map[string]bool{}
+		}
+		b.whos[who] = true
+	}
 	// A failed probe, or a failure once the pause is over (a call made
 	// before the breaker opened), opens it for the next pause; the calls
 	// that fail during a pause were made before it and change nothing.
-	if b.failures >= breakerTrips && (probe || !now.Before(b.until)) {
+	if b.tripped() && (probe || !now.Before(b.until)) {
 		b.pause = min(max(2*b.pause, 200*time.Millisecond), 5*time.Second)
 		b.until = now.Add(b.pause)
 	}
@@ -87,13 +107,16 @@ func (b *breaker) errShut() error {
 }
 
 // call makes the call f unless the breaker refuses it.
-func (b *breaker) call(f func() error) error {
+func (b *breaker) call(f func() error) error { return b.callFor("", f) }
+
+// callFor is call for who: see breaker.
+func (b *breaker) callFor(who string, f func() error) error {
 	probe, ok := b.allow(time.Now())
 	if !ok {
 		return b.errShut()
 	}
 	err := f()
-	b.done(probe, err, time.Now())
+	b.doneFor(probe, who, err, time.Now())
 	return err
 }
 

@@ -96,3 +96,20 @@ func TestBreakerCall(t *testing.T) {
 	assert.Same(t, bs.of("telegram"), bs.of("telegram"))
 	assert.NotSame(t, bs.of("telegram"), bs.of("slack"))
 }
+
+// Failures in a row for one chat alone do not open a platform's breaker:
+// the platform answers the others. Failures across chats do.
+func TestBreakerForOneChatStaysClosed(t *testing.T) {
+	now := time.Now()
+	var b breaker
+	for range 3 * breakerTrips {
+		probe, ok := b.allow(now)
+		require.True(t, ok, "a failing chat does not shut the platform")
+		b.doneFor(probe, "T1/chat-1", errDown, now)
+	}
+	probe, ok := b.allow(now)
+	require.True(t, ok)
+	b.doneFor(probe, "T1/chat-2", errDown, now) // a second chat fails too: the platform
+	_, ok = b.allow(now)
+	assert.False(t, ok, "failures across chats open it")
+}

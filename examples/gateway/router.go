@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -169,15 +170,24 @@ func (rt *router) handle(msg jetstream.Msg) {
 	// A platform's final refusal (final) is an answer: the platform is up,
 	// so its breaker counts it as a call that went through, and one chat
 	// whose deliveries it keeps refusing does not shut the others out.
-	var final *platformAnswer
-	err := rt.platforms.of(n.Origin.Platform).call(func() error {
+	// A 429 is an answer too: the platform limits this bot or this chat
+	// (Telegram limits each chat), it is not down; the delivery is tried
+	// again when the platform says, without opening its breaker.
+	var final, limited *platformAnswer
+	err := rt.platforms.of(n.Origin.Platform).callFor(n.Origin.ScopeID+"/"+n.Origin.ChatID, func() error {
 		err := rt.deliver(ctx, n)
 		if a := (*platformAnswer)(nil); errors.As(err, &a) && a.final() {
 			final = a
 			return nil
+		} else if a != nil && a.code == http.StatusTooManyRequests {
+			limited = a
+			return nil
 		}
 		return err
 	})
+	if limited != nil {
+		err = limited
+	}
 	if err != nil {
 		if errors.Is(err, errNotCalled) {
 			err = fmt.Errorf("deliver %s %s to %s: %w", n.Kind, n.ID, n.Origin.Platform, err)
@@ -190,7 +200,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 		if a := (*platformAnswer)(nil); errors.As(err, &a) {
 			wait = max(wait, a.wait) // its Retry-After
 		}
-		_ = msg.NakWithDelay(wait)
+		_ = msg.NakWithDelay(jitter(wait))
 		return
 	}
 	if final != nil {
@@ -356,6 +366,15 @@ func failureClass(err error) string {
 // maxRetryAfter bounds the wait a platform's Retry-After header can impose
 // on one delivery: a longer one is asked for again on the next try.
 const maxRetryAfter = time.Minute
+
+// jitter spreads a retry's wait over 75% to 125% of d. Without it the
+// deliveries a platform keeps failing come back in step with its breaker's
+// pause (both end at 5 s): one failing chat's delivery was always the first
+// call after the pause, the breaker's probe, which failed and shut it
+// again, and no other chat of the platform was delivered for minutes.
+func jitter(d time.Duration) time.Duration {
+	return d*3/4 + rand.N(d/2+1)
+}
 
 // retryAfterHeader is the wait a Retry-After header asks for, in seconds
 // (Discord's may have a fraction) or as an HTTP date, at most

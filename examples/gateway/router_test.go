@@ -257,3 +257,55 @@ func TestRefusalsAreLoggedOncePerClass(t *testing.T) {
 		t.Fatal("not every refusal was reported on the refusals subject")
 	}
 }
+
+// One chat whose deliveries its platform keeps failing without refusing
+// them for good (a 503 for that chat alone; Telegram's 429 "Too Many
+// Requests", which it sends per chat) holds up no other chat either. The
+// failures, all for one chat, used to open the platform's breaker, and the
+// chat's deliveries, retried in step with the breaker's pause, came back
+// as its probe every time: 0 of the 5 other chats' replies in 90 s. Now a
+// 429 is an answer (retried when the platform says, not counted against
+// it), failures for one chat alone do not open the breaker, and retries
+// are spread (jitter).
+func TestAChatItsPlatformKeepsFailingHoldsUpNoOther(t *testing.T) {
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			c := testConfig(t, "--messages", "1", "--conversations", "1")
+			c.routerLog = io.Discard
+			top, err := startTopology(context.Background(), c)
+			require.NoError(t, err)
+			defer top.stop()
+			top.p.mu.Lock()
+			top.p.refuse = map[string]int{"telegram/503503": status}
+			top.p.mu.Unlock()
+			post := func(body string) {
+				t.Helper()
+				resp, err := http.Post(top.cfg.ingressURL+"/v1/telegram/messages", "application/json", strings.NewReader(body))
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+			}
+			failed := func() (n int) {
+				top.p.mu.Lock()
+				defer top.p.mu.Unlock()
+				for _, k := range top.p.refusedPosts {
+					n += k
+				}
+				return n
+			}
+			for i := 1; i <= 6; i++ {
+				post(fmt.Sprintf(`{"message_id":%d,"chat":{"id":503503,"type":"private"},"from":{"id":5},"text":"hi"}`, i))
+			}
+			require.Eventually(t, func() bool { return failed() >= 2*breakerTrips }, 30*time.Second, 20*time.Millisecond,
+				"the platform failed the chat's deliveries, and their retries")
+			start := time.Now()
+			for i := 1; i <= 5; i++ {
+				post(fmt.Sprintf(`{"message_id":%d,"chat":{"id":%d,"type":"supergroup"},"from":{"id":7},"text":"hi"}`, 100+i, -1000-i))
+			}
+			delivered := func() int { top.p.mu.Lock(); defer top.p.mu.Unlock(); return len(top.p.deliveries) }
+			assert.Eventually(t, func() bool { return delivered() == 5 }, 30*time.Second, 50*time.Millisecond,
+				"every other chat's reply arrives, within 30 s")
+			t.Logf("the other chats' replies arrived within %v; %d posts to the failing chat", time.Since(start).Round(time.Millisecond), failed())
+		})
+	}
+}
