@@ -46,13 +46,7 @@ func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
 
 	refusals := watchRefusals(t, top.nc)
 
-	post := func(body string) {
-		t.Helper()
-		resp, err := http.Post(top.cfg.ingressURL+"/v1/telegram/messages", "application/json", strings.NewReader(body))
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
-	}
+	post := func(body string) { t.Helper(); postTelegram(t, top, body) }
 	refusedPosts := func() map[string]int {
 		top.p.mu.Lock()
 		defer top.p.mu.Unlock()
@@ -278,13 +272,7 @@ func TestAChatItsPlatformKeepsFailingHoldsUpNoOther(t *testing.T) {
 			top.p.mu.Lock()
 			top.p.refuse = map[string]int{"telegram/503503": status}
 			top.p.mu.Unlock()
-			post := func(body string) {
-				t.Helper()
-				resp, err := http.Post(top.cfg.ingressURL+"/v1/telegram/messages", "application/json", strings.NewReader(body))
-				require.NoError(t, err)
-				resp.Body.Close()
-				require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
-			}
+			post := func(body string) { t.Helper(); postTelegram(t, top, body) }
 			failed := func() (n int) {
 				top.p.mu.Lock()
 				defer top.p.mu.Unlock()
@@ -308,4 +296,14 @@ func TestAChatItsPlatformKeepsFailingHoldsUpNoOther(t *testing.T) {
 			t.Logf("the other chats' replies arrived within %v; %d posts to the failing chat", time.Since(start).Round(time.Millisecond), failed())
 		})
 	}
+}
+
+// postTelegram posts a Telegram message to the topology's ingress, which
+// must queue it.
+func postTelegram(t *testing.T, top *topology, body string) {
+	t.Helper()
+	resp, err := http.Post(top.cfg.ingressURL+"/v1/telegram/messages", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
 }
