@@ -1059,7 +1059,7 @@ func TestIngressTakesThePlatformsWebhooks(t *testing.T) {
 			`{"team":"T1","channel":"C1","user":"U1","text":"hi","ts":"1700000002.000200","thread_ts":"1700000000.000100"}`},
 	} {
 		post := func(body string) (otelsession.Session, job) {
-			s, j, err := normalise(c.platform, httptest.NewRequest(http.MethodPost, "/v1/"+c.platform+"/messages", strings.NewReader(body)))
+			s, j, err := normalise(c.platform, []byte(body))
 			require.NoError(t, err, body)
 			return s, j
 		}

@@ -186,8 +186,8 @@ var errUnknownPlatform = errors.New("unknown platform")
 const maxMessageBytes = 64 << 10
 
 // normalise decodes a platform's message into a session and a job.
-func normalise(platform string, r *http.Request) (otelsession.Session, job, error) {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxMessageBytes))
+func normalise(platform string, body []byte) (otelsession.Session, job, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	var s otelsession.Session
 	var j job
 	switch platform {
@@ -285,8 +285,7 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 			http.Error(w, "gateway: "+platform+" post refused: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		s, j, err := normalise(platform, r)
+		s, j, err := normalise(platform, body)
 		var skip ignored
 		var ch challenge
 		switch {
@@ -303,12 +302,8 @@ func ingress(tracer trace.Tracer, pub *natssession.Publisher, js jetstream.JetSt
 			// Nothing is queued. A platform retries a 5xx, never a 4xx: the
 			// same message would be refused again.
 			code := http.StatusBadRequest
-			var tooLarge *http.MaxBytesError
-			switch {
-			case errors.Is(err, errUnknownPlatform):
+			if errors.Is(err, errUnknownPlatform) {
 				code = http.StatusNotFound
-			case errors.As(err, &tooLarge):
-				code = http.StatusRequestEntityTooLarge
 			}
 			http.Error(w, "gateway: "+err.Error(), code)
 			return

@@ -88,7 +88,15 @@ func (m message) body() (string, any) {
 // user is who sends the message: a delivery must carry it, and a direct
 // message is delivered for it.
 func (m message) user() string {
-	return map[string]string{"telegram": "4242", "discord": "u1", "slack": "U1", "api": "svc"}[m.conv.platform]
+	switch m.conv.platform {
+	case "telegram":
+		return "4242"
+	case "discord":
+		return "u1"
+	case "slack":
+		return "U1"
+	}
+	return "svc"
 }
 
 // A run's message IDs are run*runIDSpan + i, the i-th message of run run,
