@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/contrib/propagators/envcar"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/fallback"
@@ -87,16 +88,6 @@ func (d distrustedParent) LookupEnv(name string) (string, bool) {
 		return "", false
 	}
 	return d.Env.LookupEnv(name)
-}
-
-// hasRemote reports whether ctx binds any field that travels in BAGGAGE.
-func hasRemote(ctx context.Context) bool {
-	found := false
-	otelsession.Range(ctx, func(f otelsession.Field, _ string, st otelsession.State) bool {
-		found = st != otelsession.Unset && f.Scope() == otelsession.Remote
-		return !found
-	})
-	return found
 }
 
 // defaultInbound is the policy of the zero Config.
@@ -552,7 +543,7 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 		value string
 	}
 	var locals []binding
-	readLocals := trusted || err == nil && hasRemote(ctx)
+	readLocals := trusted || err == nil && propagation.HasSession(baggage.FromContext(ctx))
 	for _, spec := range otelsession.Specs() {
 		if !readLocals || spec.Class != otelsession.ClassLocal || spec.Field == 0 {
 			continue

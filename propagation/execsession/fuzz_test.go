@@ -177,9 +177,7 @@ func FuzzFromEnvironment(f *testing.F) {
 			remote := map[otelsession.Field]string{}
 			// From a parent the policy distrusts (verify), the local fields
 			// are read only beside a session it accepted.
-			readLocals := !verify || slices.ContainsFunc(otelsession.Fields(), func(f otelsession.Field) bool {
-				return f.Scope() == otelsession.Remote && got[f].state != otelsession.Unset
-			})
+			readLocals := !verify || propagation.HasSession(baggage.FromContext(ctx))
 			for _, f := range otelsession.Fields() {
 				v := got[f]
 				if v.state == otelsession.Set && (!utf8.ValidString(v.value) || len(v.value) > otelsession.MaxValueBytes ||

@@ -140,18 +140,16 @@ func (c *Consumer) Extract(ctx context.Context, r *kgo.Record) (context.Context,
 const MessageIDHeader = "message-id"
 
 // binding is what a signature on a record is bound to: the transport, its
-// topic and its [MessageIDHeader] ("" when the record has none). It is
-// never empty, so a signature made for a record does not verify on another
-// topic, nor where nothing binds a signature (an HTTP request, a child
-// process's environment: ""), nor on an AMQP message or a NATS message
-// (whose bindings start with "amqp\x00" and "nats\x00"); with an id, not on
-// another record either. A Kafka topic holds no NUL (its characters are
-// [a-zA-Z0-9._-], which the broker enforces), and the id, which may hold
-// any byte, comes last and runs to the end, so the topic and the id cannot
-// trade bytes: the topic needs no length prefix, unlike a NATS subject or
-// an AMQP exchange name, which may hold a NUL.
+// topic and its [MessageIDHeader] ("" when the record has none), in
+// [messaging.Binding]'s form, as on NATS and AMQP:
+// "kafka\x00"+len(topic)+":"+topic+"\x00"+id. It is never empty, so a
+// signature made for a record does not verify on another topic, nor where
+// nothing binds a signature (an HTTP request, a child process's
+// environment: ""), nor on an AMQP message or a NATS message (whose
+// bindings start with "amqp\x00" and "nats\x00"); with an id, not on
+// another record either.
 func binding(topic, id string) string {
-	return "kafka\x00" + topic + "\x00" + id
+	return messaging.Binding(Transport, id, topic)
 }
 
 // Binding is what a signature on a record of topic, with the

@@ -87,9 +87,9 @@ func DistinctUnderFolding(keys iter.Seq[string]) bool {
 // end. So the string reads back one way only: two messages bind the same
 // string only when their transport, destination and id are all the same.
 // It is never "" (what HTTP and a child process's environment bind), and
-// starts with its transport's name and a NUL, as a Kafka binding does
-// ("kafka\x00"), so no two transports bind the same string. The transport's
-// name must hold no NUL.
+// starts with its transport's name and a NUL, so no two transports bind the
+// same string. The transport's name must hold no NUL. NATS, Kafka and AMQP
+// all bind this way.
 func Binding(transport, id string, dest ...string) string {
 	n := len(transport) + 1 + len(id)
 	for _, d := range dest {
