@@ -140,7 +140,10 @@ func WithMaxSkew(d time.Duration) SignatureOption {
 	return func(c *signatureConfig) { c.maxSkew = d }
 }
 
-func newSignatureConfig(opts []SignatureOption) (signatureConfig, error) {
+// applySignatureOptions is the defaults with opts applied, unchecked: a
+// Signer takes its clock from it, and a Verifier checks its window too
+// (newSignatureConfig).
+func applySignatureOptions(opts []SignatureOption) signatureConfig {
 	c := signatureConfig{maxAge: DefaultMaxAge, maxSkew: DefaultMaxSkew}
 	for _, o := range opts {
 		if o != nil {
@@ -150,6 +153,11 @@ func newSignatureConfig(opts []SignatureOption) (signatureConfig, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	return c
+}
+
+func newSignatureConfig(opts []SignatureOption) (signatureConfig, error) {
+	c := applySignatureOptions(opts)
 	if c.maxAge <= 0 || c.maxSkew < 0 {
 		return c, fmt.Errorf("window (max age %v, max skew %v): the age must be positive, the skew 0 or more: %w", c.maxAge, c.maxSkew, ErrSignatureConfig)
 	}
@@ -171,16 +179,7 @@ func NewSigner(key Key, opts ...SignatureOption) (*Signer, error) {
 		return nil, fmt.Errorf("new session signer: %w", err)
 	}
 	// Only the clock applies: the window options are the verifier's.
-	c := signatureConfig{now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.now == nil {
-		c.now = time.Now
-	}
-	return &Signer{key: newMacKey(key), now: c.now}, nil
+	return &Signer{key: newMacKey(key), now: applySignatureOptions(opts).now}, nil
 }
 
 // KeyID returns the id of the signing key.
