@@ -216,13 +216,15 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 		return usagef("--platform-url must be an absolute http:// or https:// URL (such as http://load-1:9090/platforms), not %q", c.platformURL)
 	case c.role == "worker" && c.downstreamURL == "":
 		return usagef("--role worker needs --downstream-url, the downstream service's URL (such as --downstream-url http://load-1:9090/downstream, or grpc://load-1:9091)")
-	case c.role == "worker" && !validDownstreamURL(c.downstreamURL):
-		_, err := parseDownstreamURL(c.downstreamURL)
-		return usagef("--downstream-url: %v (such as http://load-1:9090/downstream, or grpc://load-1:9091)", err)
 	case c.role == "load" && c.ingressURL == "":
 		return usagef("--role load needs --ingress-url, the gateway's URL (such as --ingress-url http://gw-1:8080)")
 	case c.role == "load" && !httpURL(c.ingressURL):
 		return usagef("--ingress-url must be an absolute http:// or https:// URL (such as http://gw-1:8080), not %q", c.ingressURL)
+	}
+	if c.role == "worker" {
+		if _, err := parseDownstreamURL(c.downstreamURL); err != nil {
+			return usagef("--downstream-url: %v (such as http://load-1:9090/downstream, or grpc://load-1:9091)", err)
+		}
 	}
 	return nil
 }
@@ -231,11 +233,6 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
-}
-
-func validDownstreamURL(s string) bool {
-	_, err := parseDownstreamURL(s)
-	return err == nil
 }
 
 // validListen reports whether addr is an address to listen on: host:port,
