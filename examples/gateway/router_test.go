@@ -32,17 +32,12 @@ func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
 	var log syncbuf.Buffer
 	c := testConfig(t, "--messages", "1", "--conversations", "1")
 	c.routerLog = &log
-	top, err := startTopology(context.Background(), c)
-	require.NoError(t, err)
-	defer top.stop()
+	top := refusingTopology(t, c, "telegram/403403", http.StatusForbidden)
 	defer func() {
 		if t.Failed() {
 			t.Logf("the router's log:\n%s", log.String())
 		}
 	}()
-	top.p.mu.Lock()
-	top.p.refuse = map[string]int{"telegram/403403": http.StatusForbidden}
-	top.p.mu.Unlock()
 
 	refusals := watchRefusals(t, top.nc)
 
@@ -124,12 +119,7 @@ func TestAChatItsPlatformRefusesHoldsUpNoOther(t *testing.T) {
 func TestAPlatformsFinalRefusalFailsTheRun(t *testing.T) {
 	c := testConfig(t, "--messages", "24", "--conversations", "4")
 	c.routerLog = io.Discard
-	top, err := startTopology(context.Background(), c)
-	require.NoError(t, err)
-	defer top.stop()
-	top.p.mu.Lock()
-	top.p.refuse = map[string]int{"telegram/-1001000000000": http.StatusForbidden} // plan's first conversation
-	top.p.mu.Unlock()
+	top := refusingTopology(t, c, "telegram/-1001000000000", http.StatusForbidden) // plan's first conversation
 	s, err := top.drive(context.Background(), c.seed, nil)
 	require.NoError(t, err)
 	t.Logf("\n%s", s)
@@ -266,12 +256,7 @@ func TestAChatItsPlatformKeepsFailingHoldsUpNoOther(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			c := testConfig(t, "--messages", "1", "--conversations", "1")
 			c.routerLog = io.Discard
-			top, err := startTopology(context.Background(), c)
-			require.NoError(t, err)
-			defer top.stop()
-			top.p.mu.Lock()
-			top.p.refuse = map[string]int{"telegram/503503": status}
-			top.p.mu.Unlock()
+			top := refusingTopology(t, c, "telegram/503503", status)
 			post := func(body string) { t.Helper(); postTelegram(t, top, body) }
 			failed := func() (n int) {
 				top.p.mu.Lock()
@@ -306,4 +291,18 @@ func postTelegram(t *testing.T, top *topology, body string) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+}
+
+// refusingTopology starts c's topology, stopped when the test ends, whose
+// stand-in platform answers every post to chat ("platform/chat") with
+// status.
+func refusingTopology(t *testing.T, c config, chat string, status int) *topology {
+	t.Helper()
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	t.Cleanup(top.stop)
+	top.p.mu.Lock()
+	top.p.refuse = map[string]int{chat: status}
+	top.p.mu.Unlock()
+	return top
 }
