@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/amqpsession"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 )
 
 // A signed session is bound to its message's MessageId, exchange and routing
@@ -57,60 +57,22 @@ func TestSignatureIsBoundToTheMessage(t *testing.T) {
 	}
 }
 
-// signedPair returns a Publisher that signs for every exchange and a
-// Consumer that trusts no exchange and accepts a session only through its
+// signedPair returns a Publisher that signs for every destination and a
+// Consumer that trusts no peer and accepts a session only through its
 // signature; and the signer, for signatures made elsewhere.
 func signedPair(t *testing.T) (*amqpsession.Publisher, *amqpsession.Consumer, *propagation.Signer) {
 	t.Helper()
-	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
-	signer, err := propagation.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := propagation.NewVerifier([]propagation.Key{key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer, policy := sessiontest.SigningPolicies(t)
 	pub := amqpsession.NewPublisher(amqpsession.WithPropagator(w3c),
 		amqpsession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
-	cons := amqpsession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
-		amqpsession.WithPropagator(w3c))
-	return pub, cons, signer
+	return pub, amqpsession.NewConsumer(policy, amqpsession.WithPropagator(w3c)), signer
 }
 
-// wantAccepted fails t unless ctx holds exactly conversation i's session.
-func wantAccepted(t *testing.T, ctx context.Context, err error, i int) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("refused the signed message: %v", err)
-	}
-	if d := diff(ctx, received(sessionFor(i)), sessionFor(i).Stateless); d != "" {
-		t.Fatalf("accepted, but:\n\t%s", d)
-	}
-}
-
-// wantNoSignature fails t when ctx still holds a signature: one bound to
-// the message it came on verifies nowhere else, so the policy removes it
-// once it accepted the session.
-func wantNoSignature(t *testing.T, ctx context.Context) {
-	t.Helper()
-	if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
-		t.Fatal("a signature bound to its message is still in the context")
-	}
-}
-
-// wantBadSignature fails t unless the message's session was refused as
-// ErrBadSignature and stripped: the whole session Unset, the worker's own
-// included.
-func wantBadSignature(t *testing.T, ctx context.Context, err error) {
-	t.Helper()
-	if !errors.Is(err, propagation.ErrBadSignature) {
-		t.Fatalf("err %v, want ErrBadSignature", err)
-	}
-	if d := diff(ctx, nil, false); d != "" {
-		t.Fatalf("refused, but the session is not stripped:\n\t%s", d)
-	}
-}
+var (
+	wantAccepted     = sessiontest.WantAccepted
+	wantNoSignature  = sessiontest.WantNoSignature
+	wantBadSignature = sessiontest.WantBadSignature
+)
 
 // A message without a MessageId has nothing of its own to bind a signature
 // to, but its exchange and routing key still bind it: the message published

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/baggage"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
+	"github.com/sessionwire/sessionwire/propagation/internal/sessiontest"
 	"github.com/sessionwire/sessionwire/propagation/kafkasession"
 )
 
@@ -63,60 +63,22 @@ func TestSignatureIsBoundToTheRecord(t *testing.T) {
 	}
 }
 
-// signedPair returns a Publisher that signs for every topic and a Consumer
-// that trusts no topic and accepts a session only through its signature,
-// with the Consumer's policy; and the signer, for signatures made elsewhere.
+// signedPair returns a Publisher that signs for every destination and a
+// Consumer that trusts no peer and accepts a session only through its
+// signature; and the signer, for signatures made elsewhere.
 func signedPair(t *testing.T) (*kafkasession.Publisher, *kafkasession.Consumer, *propagation.Signer) {
 	t.Helper()
-	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
-	signer, err := propagation.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := propagation.NewVerifier([]propagation.Key{key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer, policy := sessiontest.SigningPolicies(t)
 	pub := kafkasession.NewPublisher(kafkasession.WithPropagator(w3c),
 		kafkasession.WithOutbound(propagation.NewOutbound(propagation.AllowAll, propagation.WithSigner(signer))))
-	cons := kafkasession.NewConsumer(propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier)),
-		kafkasession.WithPropagator(w3c))
-	return pub, cons, signer
+	return pub, kafkasession.NewConsumer(policy, kafkasession.WithPropagator(w3c)), signer
 }
 
-// wantAccepted fails t unless ctx holds exactly conversation i's session.
-func wantAccepted(t *testing.T, ctx context.Context, err error, i int) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("refused the signed record: %v", err)
-	}
-	if d := diff(ctx, received(sessionFor(i)), sessionFor(i).Stateless); d != "" {
-		t.Fatalf("accepted, but:\n\t%s", d)
-	}
-}
-
-// wantNoSignature fails t when ctx still holds a signature: one bound to
-// the record it came on verifies nowhere else, so the policy removes it
-// once it accepted the session.
-func wantNoSignature(t *testing.T, ctx context.Context) {
-	t.Helper()
-	if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
-		t.Fatal("a signature bound to its record is still in the context")
-	}
-}
-
-// wantBadSignature fails t unless the record's session was refused as
-// ErrBadSignature and stripped: the whole session Unset, the worker's own
-// included.
-func wantBadSignature(t *testing.T, ctx context.Context, err error) {
-	t.Helper()
-	if !errors.Is(err, propagation.ErrBadSignature) {
-		t.Fatalf("err %v, want ErrBadSignature", err)
-	}
-	if d := diff(ctx, nil, false); d != "" {
-		t.Fatalf("refused, but the session is not stripped:\n\t%s", d)
-	}
-}
+var (
+	wantAccepted     = sessiontest.WantAccepted
+	wantNoSignature  = sessiontest.WantNoSignature
+	wantBadSignature = sessiontest.WantBadSignature
+)
 
 // A record without a message-id header has nothing of its own to bind a
 // signature to, but its topic still binds it: the record produced again

@@ -5,6 +5,7 @@ package sessiontest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 // W3C is the propagator the tests configure explicitly.
@@ -113,4 +115,54 @@ func WithTenant(ctx context.Context) context.Context {
 	m, _ := baggage.NewMemberRaw("app.tenant", "acme")
 	b, _ := baggage.New(m)
 	return baggage.ContextWithBaggage(ctx, b)
+}
+
+// SigningPolicies returns a signer and the policy of a consumer that trusts
+// no peer and accepts a session only through a signature made with it.
+func SigningPolicies(t testing.TB) (*propagation.Signer, *propagation.Inbound) {
+	t.Helper()
+	key := propagation.Key{ID: "k1", Secret: []byte(strings.Repeat("s", 32))}
+	signer, err := propagation.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := propagation.NewVerifier([]propagation.Key{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer, propagation.NewInbound(propagation.TrustNone, propagation.WithVerifier(verifier))
+}
+
+// WantAccepted fails t unless ctx holds exactly conversation i's session.
+func WantAccepted(t testing.TB, ctx context.Context, err error, i int) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("refused the signed message: %v", err)
+	}
+	if d := Diff(ctx, Received(SessionFor(i)), SessionFor(i).Stateless); d != "" {
+		t.Fatalf("accepted, but:\n\t%s", d)
+	}
+}
+
+// WantNoSignature fails t when ctx still holds a signature: one bound to
+// the message it came on verifies nowhere else, so the policy removes it
+// once it accepted the session.
+func WantNoSignature(t testing.TB, ctx context.Context) {
+	t.Helper()
+	if baggage.FromContext(ctx).Member(otelsession.SignatureKey).Key() != "" {
+		t.Fatal("a signature bound to its message is still in the context")
+	}
+}
+
+// WantBadSignature fails t unless the message's session was refused as
+// ErrBadSignature and stripped: the whole session Unset, the worker's own
+// included.
+func WantBadSignature(t testing.TB, ctx context.Context, err error) {
+	t.Helper()
+	if !errors.Is(err, propagation.ErrBadSignature) {
+		t.Fatalf("err %v, want ErrBadSignature", err)
+	}
+	if d := Diff(ctx, nil, false); d != "" {
+		t.Fatalf("refused, but the session is not stripped:\n\t%s", d)
+	}
 }
