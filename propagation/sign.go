@@ -385,10 +385,13 @@ func (v *Verifier) check(sig, binding string, vals *signedValues) error {
 	}
 	now := v.now()
 	issued := time.Unix(p.ts, 0)
-	if age := now.Sub(issued); age > v.maxAge {
-		return fmt.Errorf("issued %v ago, max age %v: %w", age.Round(time.Millisecond), v.maxAge, ErrSignatureExpired)
-	} else if -age > v.maxSkew {
-		return fmt.Errorf("issued %v in the future, max skew %v: %w", (-age).Round(time.Millisecond), v.maxSkew, ErrSignatureExpired)
+	// Compared as times: a Duration holds 292 years, and the difference of
+	// times further apart saturates (its negation overflowed).
+	switch {
+	case issued.After(now.Add(v.maxSkew)):
+		return fmt.Errorf("issued %v in the future, max skew %v: %w", issued.Sub(now).Round(time.Millisecond), v.maxSkew, ErrSignatureExpired)
+	case now.Sub(issued) > v.maxAge:
+		return fmt.Errorf("issued %v ago, max age %v: %w", now.Sub(issued).Round(time.Millisecond), v.maxAge, ErrSignatureExpired)
 	}
 	return nil
 }

@@ -550,6 +550,11 @@ func TestSignatureWindow(t *testing.T) {
 		{"max skew ahead", signTime.Add(-maxSkew), nil},
 		{"max skew and a second ahead", signTime.Add(-maxSkew - time.Second), propagation.ErrSignatureExpired},
 		{"a year ahead", signTime.Add(-365 * 24 * time.Hour), propagation.ErrSignatureExpired},
+		// Further apart than a time.Duration holds (292 years): the
+		// difference saturates, and its negation overflowed, so a signature
+		// issued that far ahead never expired.
+		{"300 years ahead", signTime.AddDate(-300, 0, 0), propagation.ErrSignatureExpired},
+		{"300 years old", signTime.AddDate(300, 0, 0), propagation.ErrSignatureExpired},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
