@@ -70,7 +70,8 @@
 // BAGGAGE whose signature verifies, and nothing else the parent wrote:
 // otelsession.Getenv reads none of the session's legacy variables there, a
 // grandchild started from its context does not inherit them, and the local
-// fields, which cannot be signed, are read only beside a verified session.
+// fields, the working directory and the delegated-child mark, which cannot
+// be signed, are read (and passed on) only beside a verified session.
 //
 // This package owns the environment of child processes and nothing else: it
 // never writes the current process's environment, and it decides no policy of

@@ -240,7 +240,8 @@ func (c Config) Environ(ctx context.Context, inherited []string) []string {
 			add(varNames[i], d.value)
 		}
 	}
-	if v, keep := fallback.DelegatedMark(mark.value, mark.present, otelsession.IsDelegatedChild(ctx)); keep {
+	// A distrusting child's mark is the context's alone, as its session is.
+	if v, keep := fallback.DelegatedMark(mark.value, mark.present && !distrusted, otelsession.IsDelegatedChild(ctx)); keep {
 		env = append(env, DelegatedChildVar+"="+v)
 	}
 	for _, kv := range carriers {
@@ -492,9 +493,10 @@ func (c Config) Command(ctx context.Context, name string, args ...string) *exec.
 // returned context otelsession.Getenv reads no session variable from the
 // environment (an Unset field gives its default), Environ and Command pass
 // none on to a grandchild unless the context binds it, and the local fields,
-// which cannot be signed, are bound from their variables only when a
-// session was accepted (its signature verified). Code that calls os.Getenv
-// itself still sees whatever the parent wrote.
+// the working directory and the delegated-child mark, which cannot be
+// signed, are taken from their variables only when a session was accepted
+// (its signature verified). Code that calls os.Getenv itself still sees
+// whatever the parent wrote.
 //
 // Malformed input (a session member that is not valid baggage, an oversized
 // or duplicated one, a value no parent could have written) returns a context
@@ -515,11 +517,9 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 	}
 	var errs []error
 
-	// The mark is set before extraction, which Resets the session but keeps
-	// the mark; the session id then comes from BAGGAGE like every field.
-	if v, _ := lookup(DelegatedChildVar); v != "" {
-		ctx = otelsession.WithDelegatedChild(ctx, "")
-	}
+	// The mark, like the local fields, is taken once the policy has judged
+	// the parent (below); the session id comes from BAGGAGE like every field.
+	delegated, _ := lookup(DelegatedChildVar)
 
 	inbound := c.Inbound
 	if inbound == nil {
@@ -535,9 +535,10 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 		ctx = fallback.WithEnv(ctx, distrustedParent{fallback.EnvFrom(ctx)})
 	}
 
-	// The local fields cannot be signed. From a parent the policy distrusts
-	// they are read only beside a session it accepted (its signature
-	// verified): without one, nothing the parent wrote is taken.
+	// The local fields, the working directory and the delegated-child mark
+	// cannot be signed. From a parent the policy distrusts they are read
+	// only beside a session it accepted (its signature verified): without
+	// one, nothing the parent wrote is taken.
 	type binding struct {
 		f     otelsession.Field
 		value string
@@ -556,11 +557,17 @@ func (c Config) fromEnvironment(ctx context.Context, lookup func(string) (string
 			locals = append(locals, binding{spec.Field, v})
 		}
 	}
-	cwd, _ := lookup(CwdVar)
+	var cwd string
+	if readLocals {
+		cwd, _ = lookup(CwdVar)
+	}
 	if cwdSpec, _ := otelsession.SpecOf(otelsession.CwdKey); cwd != "" {
 		if _, err := otelsession.ValidateValue(cwdSpec, cwd); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w: %w", CwdVar, ErrInvalidVariable, err))
 		}
+	}
+	if delegated != "" && readLocals {
+		ctx = otelsession.WithDelegatedChild(ctx, "")
 	}
 	if len(errs) > 0 {
 		return otelsession.Reset(ctx), fmt.Errorf("execsession: session from the parent process's environment: %w", errors.Join(errs...))

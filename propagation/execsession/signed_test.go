@@ -156,10 +156,27 @@ func TestAChildThatDistrustsItsParentReadsNoUnverifiedVariable(t *testing.T) {
 	t.Run("forged session", func(t *testing.T) {
 		t.Parallel()
 		forged := otelsession.With(ctx, otelsession.FieldChatID, "attacker-chat") // unsigned
-		r := start(t, forged, modeDistrust, "HERMES_SESSION_CHAT_ID=attacker-chat")
+		r := start(t, forged, modeDistrust, "HERMES_SESSION_CHAT_ID=attacker-chat",
+			execsession.CwdVar+"="+t.TempDir(), execsession.DelegatedChildVar+"=1")
 		for _, f := range append(append(remote, local...), otelsession.FieldChatID) {
 			unread(t, r, f)
 			requireAbsent(t, r.Grandchild, f)
+		}
+		// Neither can be signed either: not taken, not passed on.
+		for _, rep := range []*report{r, r.Grandchild} {
+			assert.Empty(t, rep.Cwd, "the working directory")
+			assert.False(t, rep.Delegated, "the delegated-child mark")
+		}
+		assert.NotContains(t, r.Grandchild.Env, execsession.CwdVar)
+		assert.NotContains(t, r.Grandchild.Env, execsession.DelegatedChildVar)
+	})
+	t.Run("signed session, with a working directory and the mark", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		r := start(t, signed, modeDistrust, execsession.CwdVar+"="+dir, execsession.DelegatedChildVar+"=1")
+		for _, rep := range []*report{r, r.Grandchild} {
+			assert.Equal(t, dir, rep.Cwd, "beside a verified session, as the local fields")
+			assert.True(t, rep.Delegated)
 		}
 	})
 	t.Run("a child that trusts its parent reads them", func(t *testing.T) {
