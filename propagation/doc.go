@@ -53,11 +53,13 @@
 // to ([Signer.SignFor], [Peer.MessageID]): a NATS message's subject, and
 // its Nats-Msg-Id when it has one; a Kafka record's topic, and its message
 // id when it has one; an AMQP message's exchange and routing key, and its
-// MessageId when it has one; nothing for HTTP and child processes. Changing,
-// adding or removing a session member, or moving the signature to another
-// message, subject, topic, exchange, routing key or transport, breaks it;
-// members that are not the session's are not covered and
-// change freely. A Verifier holds several keys, so keys rotate without downtime.
+// MessageId when it has one; nothing for HTTP, gRPC and child processes,
+// which share that empty binding. Changing, adding or removing a session
+// member, or moving the signature to another message, subject, topic,
+// exchange or routing key, or between a queue and anything else, breaks it;
+// a signature made for an HTTP request verifies on a gRPC call or in a
+// child's environment too. Members that are not the session's are not
+// covered and change freely. A Verifier holds several keys, so keys rotate without downtime.
 // See SECURITY.md at the repository root for the threat model.
 //
 // # The cost of a message

@@ -29,7 +29,8 @@
 // [WithOutbound] names the exchanges inside the trust domain (propagation's
 // one default for every transport); with a signer, the signature is bound to
 // the message's exchange and routing key, and to its MessageId when it has
-// one. A nil inbound policy trusts no publisher. Each delivery starts from a
+// one (not to the CC and BCC headers, which route a message to the queues of
+// other routing keys: see SECURITY.md's limits). A nil inbound policy trusts no publisher. Each delivery starts from a
 // Reset session. The default propagator is otel.GetTextMapPropagator(), a
 // no-op until the program installs one.
 //
