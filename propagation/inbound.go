@@ -334,7 +334,7 @@ func (p *Inbound) Extract(ctx context.Context, prop otelprop.TextMapPropagator, 
 	} else {
 		ctx = resetAndExtract(ctx, prop, extractFrom)
 	}
-	if err == nil && seen != 0 && len(raw) > 1 && mayGrowPastLimit(raw) {
+	if err == nil && seen != 0 && mayGrowPastLimit(raw) {
 		err = checkReencodedSize(raw)
 	}
 	var in inboundSession
@@ -668,7 +668,9 @@ func trimSpace(s string) string {
 // value, and "%FF" (3 bytes) is then encoded again as "%EF%BF%BD" (9 bytes).
 // Headers under 8192 bytes can so exceed it once parsed; the SDK then drops
 // members of several header lines in map order, and the same input would be
-// accepted on one request and refused on the next. Nothing else grows.
+// accepted on one request and refused on the next, and the members of one
+// line past the limit, so whether a session member survived depended on
+// where it was written. Both are refused as too large. Nothing else grows.
 const maxGrowth = 6 // extra bytes per escaped byte >= 0x80
 
 // mayGrowPastLimit cheaply bounds the re-encoded size of lines from above.
@@ -698,12 +700,25 @@ func growthBound(l string) int {
 	return n
 }
 
+// otelTooLarge is the error baggage.Parse wraps when its members outgrow
+// 8192 bytes once encoded again, taken from Parse itself: it is not
+// exported.
+var otelTooLarge = func() error {
+	_, err := baggage.Parse(strings.Repeat("a", otelsession.MaxBaggageBytes+1))
+	return errors.Unwrap(err)
+}()
+
 // checkReencodedSize measures what the SDK measures before it drops members:
 // the members of all lines, last one wins, each encoded again.
 func checkReencodedSize(lines []string) error {
 	size := make(map[string]int)
 	for _, l := range lines {
-		b, _ := baggage.Parse(l)
+		b, err := baggage.Parse(l)
+		if errors.Is(err, otelTooLarge) {
+			// The parser kept the members before the limit and dropped
+			// the rest, so the sum below would stay under it.
+			return fmt.Errorf("a line over %d bytes once decoded and encoded again: %w", otelsession.MaxBaggageBytes, ErrBaggageTooLarge)
+		}
 		for _, m := range b.Members() {
 			size[m.Key()] = len(m.String())
 		}

@@ -2,6 +2,7 @@ package propagation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -208,3 +209,15 @@ func BenchmarkHasSession(b *testing.B) {
 }
 
 var sinkHas bool
+
+// The parser's size error is found, so a line it truncated is refused
+// (checkReencodedSize); were it not, every such line would pass.
+func TestTheParsersSizeErrorIsKnown(t *testing.T) {
+	if otelTooLarge == nil {
+		t.Fatal("baggage.Parse no longer wraps an error for a string over the limit")
+	}
+	_, err := baggage.Parse("a=" + strings.Repeat("%FF", 3000))
+	if !errors.Is(err, otelTooLarge) {
+		t.Fatalf("a truncated parse returned %v, not the size error %v", err, otelTooLarge)
+	}
+}

@@ -500,6 +500,30 @@ func TestInboundExpansionPastTheLimitIsRefusedEveryTime(t *testing.T) {
 	}
 }
 
+// One line grows past the limit the same way. The parser keeps its
+// members in order until the limit, so the session was accepted with the
+// application's members after it silently dropped, or, written after them,
+// refused as malformed: whether a member survived depended on where it was.
+func TestInboundOneLineExpandingPastTheLimitIsTooLarge(t *testing.T) {
+	bad := strings.Repeat("%FF", 1300) // 3900 bytes raw, 11700 re-encoded
+	session := sessionHeaderOf(otelsession.Session{Platform: "slack", ChatID: "C1"})
+	for name, line := range map[string]string{
+		"session first": session + ",app.a=" + bad + ",app.keep=1",
+		"session last":  "app.a=" + bad + ",app.keep=1," + session,
+	} {
+		t.Run(name, func(t *testing.T) {
+			policy := propagation.NewInbound(propagation.TrustAll)
+			ctx, err := policy.Extract(context.Background(), otelprop.Baggage{}, otelprop.HeaderCarrier(http.Header{"Baggage": {line}}), propagation.Peer{Transport: "test"})
+			if !errors.Is(err, propagation.ErrBaggageTooLarge) {
+				t.Fatalf("err = %v, want %v", err, propagation.ErrBaggageTooLarge)
+			}
+			if _, st := otelsession.Lookup(ctx, otelsession.FieldChatID); st != otelsession.Unset {
+				t.Fatalf("chat id %v after a refusal", st)
+			}
+		})
+	}
+}
+
 func TestInboundTrust(t *testing.T) {
 	header := sessionHeaderOf(otelsession.Session{Platform: "slack", ChatID: "C1", ThreadID: "T1"}) + ",app.tenant=acme"
 	cases := []struct {
