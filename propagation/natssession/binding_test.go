@@ -214,3 +214,22 @@ func TestSubjectAndIDCannotTradeBytes(t *testing.T) {
 		})
 	}
 }
+
+// A Nats-Msg-Id entry with no values, which only code can build (the wire
+// has no such header), is no id: signing, publishing and consuming such a
+// message bind the signature to its subject alone, as without the entry.
+// nats.Header.Get, which the package used to read the id with, panics on it.
+func TestAMessageIDWithoutValuesIsNoID(t *testing.T) {
+	t.Parallel()
+	pub := signingPublisher(t)
+	msg := &nats.Msg{Subject: "chat.in", Header: nats.Header{jetstream.MsgIDHeader: {}}}
+	_, span := pub.Inject(conversationFor(1).bind(context.Background()), msg)
+	span.End()
+	ctx, err := extractOn(natssession.NewConsumer(verifying(t), natssession.WithPropagator(w3c)), msg.Header, "chat.in")
+	wantAccepted(t, ctx, err, 1)
+
+	h := signedHeader(t, pub, 2, "chat.in", "")
+	h[jetstream.MsgIDHeader] = []string{}
+	ctx, err = extractOn(natssession.NewConsumer(verifying(t), natssession.WithPropagator(w3c)), h, "chat.in")
+	wantAccepted(t, ctx, err, 2)
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	otelprop "go.opentelemetry.io/otel/propagation"
 
 	"github.com/sessionwire/sessionwire/propagation/internal/messaging"
@@ -107,4 +108,15 @@ func (c HeaderCarrier) SingleValued() bool {
 		}
 	}
 	return messaging.DistinctUnderFolding(maps.Keys(c))
+}
+
+// msgID is the Nats-Msg-Id of a message with header h, as JetStream reads
+// it: the first value of the exact key, "" when there is none. An entry
+// without values, which only code can build, is none (nats.Header.Get
+// panics on it).
+func msgID(h nats.Header) string {
+	if v := h[jetstream.MsgIDHeader]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }

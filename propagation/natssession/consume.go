@@ -97,7 +97,7 @@ func (c *Consumer) ExtractJetStream(ctx context.Context, msg jetstream.Msg) (con
 func (c *Consumer) extract(ctx context.Context, h nats.Header, subject string) (context.Context, trace.Span, error) {
 	// The signature binds the subject and the exact header JetStream
 	// deduplicates on; a spelling in another case is not the message's id.
-	id := h.Get(jetstream.MsgIDHeader)
+	id := msgID(h)
 	attrs := []attribute.KeyValue{
 		systemNATS,
 		semconv.MessagingDestinationName(subject),

@@ -91,7 +91,7 @@ func (p *Publisher) inject(ctx context.Context, msg *nats.Msg) (context.Context,
 	if p.cfg.Out.Signer() != nil {
 		// What a signature is bound to, with or without a Nats-Msg-Id;
 		// built only when there is one.
-		dest.MessageID = binding(msg.Subject, msg.Header.Get(jetstream.MsgIDHeader))
+		dest.MessageID = binding(msg.Subject, msgID(msg.Header))
 	}
 	attrs := []attribute.KeyValue{
 		systemNATS,
@@ -152,9 +152,9 @@ func (p *Publisher) PublishJetStream(ctx context.Context, js jetstream.Publisher
 	}
 	// The signature is bound to msg.Subject and this id; PublishMsg keeps
 	// the subject, but its options may set the id.
-	signedFor := msg.Header.Get(jetstream.MsgIDHeader)
+	signedFor := msgID(msg.Header)
 	ack, err := js.PublishMsg(ctx, msg, opts...)
-	id := msg.Header.Get(jetstream.MsgIDHeader)
+	id := msgID(msg.Header)
 	if id != "" {
 		span.SetAttributes(semconv.MessagingMessageID(id))
 	}
