@@ -605,7 +605,7 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 	// A genuine signature, made for another message id, then moved.
 	var moved nats.Header
 	{
-		msg := &nats.Msg{Subject: repliesSubject + "reply", Header: nats.Header{}}
+		msg := &nats.Msg{Subject: replySubject("reply", victim.Platform), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, "the-real-one")
 		ctx, err := realKey.SignFor(otelsession.Bind(context.Background(), victim), "the-real-one")
 		require.NoError(t, err)
@@ -632,7 +632,7 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 		n := notification{Kind: []string{"reply", "completion"}[i%2], ID: fmt.Sprint("forged-", i),
 			Origin: otelsession.Origin{Platform: victim.Platform, ChatID: victim.ChatID, ThreadID: victim.ThreadID}, Text: "forged"}
 		body, _ := json.Marshal(n)
-		msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: body, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: replySubject(n.Kind, victim.Platform), Data: body, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprint("forged-", i))
 		ctx := otelsession.Bind(context.Background(), victim)
 		var perr error
@@ -790,11 +790,14 @@ func TestRolesStartDuringLeaderElection(t *testing.T) {
 		c    jetstream.Consumer
 	}
 	results := make(chan result, 4)
-	for _, r := range []struct{ stream, name string }{
-		{jobsStream, "workers"}, {bgStream, "background"}, {repliesStream, "router"},
+	for _, r := range []struct {
+		stream, name string
+		filters      []string
+	}{
+		{jobsStream, "workers", nil}, {bgStream, "background", nil}, {repliesStream, "router-telegram", []string{replySubject("*", "telegram")}},
 	} {
 		go func() {
-			cons, err := consumer(ctx, js, "test", r.stream, r.name, 3*time.Second)
+			cons, err := consumer(ctx, js, "test", r.stream, r.name, 3*time.Second, r.filters, 0)
 			results <- result{r.name, err, cons}
 		}()
 	}

@@ -188,9 +188,10 @@ type platforms struct {
 	earlier    int             // posts for messages of another run
 	arrived    chan struct{}
 	out        outage // --fault platform-down
-	// refuse answers every post to some chats (by platform/chat) with a
-	// status, and a body like Telegram's ("bot was blocked by the user" is
-	// its 403): a test's. refusedPosts counts those posts, by kind.key.
+	// refuse answers every post to some chats (by platform/chat, or
+	// platform/* for all of a platform's) with a status, and a body like
+	// Telegram's ("bot was blocked by the user" is its 403): a test's.
+	// refusedPosts counts those posts, by kind.key.
 	refuse       map[string]int
 	refusedPosts map[string]int
 }
@@ -258,7 +259,11 @@ func (p *platforms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := delivery{notification: post.notification, Platform: r.URL.Path[1:], At: time.Now()}
 	p.mu.Lock()
-	if status := p.refuse[d.Platform+"/"+d.Origin.ChatID]; status != 0 {
+	status := p.refuse[d.Platform+"/"+d.Origin.ChatID]
+	if status == 0 {
+		status = p.refuse[d.Platform+"/*"] // every chat of the platform
+	}
+	if status != 0 {
 		if p.refusedPosts == nil {
 			p.refusedPosts = map[string]int{}
 		}

@@ -82,6 +82,7 @@ type config struct {
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
 	key           sessionprop.Key       // the gateway signs with it, workers verify with it
 	routerLog     io.Writer             // where an in-process router logs; nil: standard error (a test's)
+	ackPending    int                   // the router's consumers' maxAckPending; 0: maxAckPending (a test's)
 }
 
 // demoKey signs sessions when SESSIONWIRE_SIGNING_KEY is not set. It is in
@@ -375,7 +376,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 			return "", fmt.Errorf("router: %w", err)
 		}
 		rt := newRouter(c.store, verifier, js, nc, c.platformURL, tp)
-		rt.errs.out, rt.refusals.out = c.routerLog, c.routerLog
+		rt.errs.out, rt.refusals.out, rt.ackPending = c.routerLog, c.routerLog, c.ackPending
 		return "", started(done, func(ready func()) error { return rt.run(ctx, c.ackWait, 4*c.concurrency, ready) })
 	}
 	return "", fmt.Errorf("unknown role %q", role)

@@ -40,6 +40,7 @@ type router struct {
 	store       string
 	cons        *natssession.Consumer // verifies the signed session of every notification
 	ackWait     time.Duration
+	ackPending  int // each consumer's maxAckPending; 0: maxAckPending
 	js          jetstream.JetStream
 	nc          *nats.Conn
 	kv          jetstream.KeyValue
@@ -86,19 +87,29 @@ func (rt *router) run(ctx context.Context, ackWait time.Duration, concurrency in
 	if err != nil {
 		return fmt.Errorf("router: open bucket %s: %w", deliveredKV, err)
 	}
-	cons, err := consumer(ctx, rt.js, "router", repliesStream, "router", ackWait)
-	if err != nil {
-		return fmt.Errorf("router: %w", err)
-	}
-	p := newPool(concurrency)
-	cc, err := cons.Consume(p.handler(rt.handle), consumeOptions("router", concurrency)...) // see worker.run
-	if err != nil {
-		return fmt.Errorf("router: consume notifications: %w", err)
+	// Each platform's notifications through a consumer and a pool of their
+	// own (see replySubject): a platform that is down or slow holds up its
+	// own deliveries only.
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	for _, rc := range routerConsumers() {
+		cons, err := consumer(ctx, rt.js, "router", repliesStream, rc.name, ackWait, rc.filters, rt.ackPending)
+		if err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		p := newPool(concurrency)
+		cc, err := cons.Consume(p.handler(rt.handle), consumeOptions("router", concurrency)...) // see worker.run
+		if err != nil {
+			return fmt.Errorf("router: consume notifications (%s): %w", rc.name, err)
+		}
+		stops = append(stops, func() { cc.Stop(); p.close() })
 	}
 	ready()
 	<-ctx.Done()
-	cc.Stop()
-	p.close()
 	return nil
 }
 

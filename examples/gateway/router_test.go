@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -305,4 +306,87 @@ func refusingTopology(t *testing.T, c config, chat string, status int) *topology
 	top.p.refuse = map[string]int{chat: status}
 	top.p.mu.Unlock()
 	return top
+}
+
+// A platform that is down keeps its notifications waiting for their retries,
+// each counted against its consumer's limit of unacknowledged messages
+// (1,024; 8 here). With one consumer for every platform, a platform down
+// long enough held every slot, and no other platform got anything until it
+// came back.
+func TestAPlatformThatIsDownHoldsUpNoOther(t *testing.T) {
+	const pending = 8
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	c.routerLog, c.ackPending = io.Discard, pending
+	top := refusingTopology(t, c, "discord/*", http.StatusServiceUnavailable)
+	for i := range 3 * pending {
+		body := fmt.Sprintf(`{"id":"%d","channel_id":"C%d","guild_id":"G1","author":{"id":"u7"},"content":"hi"}`, 500+i, i)
+		resp, err := http.Post(top.cfg.ingressURL+"/v1/discord/messages", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+	}
+	// Every Discord reply is queued, and the router has tried some (its
+	// breaker then stops calling Discord, and each waits for its retry).
+	js, err := jetstream.New(top.nc)
+	require.NoError(t, err)
+	queued := func() uint64 {
+		s, err := js.Stream(context.Background(), repliesStream)
+		if err != nil {
+			return 0
+		}
+		return s.CachedInfo().State.Msgs
+	}
+	tried := func() int { top.p.mu.Lock(); defer top.p.mu.Unlock(); return len(top.p.refusedPosts) }
+	require.Eventually(t, func() bool { return queued() >= 3*pending && tried() >= breakerTrips }, 60*time.Second, 20*time.Millisecond,
+		"every Discord reply queued, and tried")
+	start := time.Now()
+	for i := 1; i <= 5; i++ {
+		postTelegram(t, top, fmt.Sprintf(`{"message_id":%d,"chat":{"id":%d,"type":"supergroup"},"from":{"id":7},"text":"hi"}`, 100+i, -1000-i))
+	}
+	delivered := func() int { top.p.mu.Lock(); defer top.p.mu.Unlock(); return len(top.p.deliveries) }
+	assert.Eventually(t, func() bool { return delivered() == 5 }, 30*time.Second, 50*time.Millisecond,
+		"every Telegram reply arrives while Discord is down, within 30 s")
+	t.Logf("Telegram's replies arrived within %v; %d of Discord's waiting, %d tried", time.Since(start).Round(time.Millisecond), queued(), tried())
+}
+
+// A router of this version started on the streams of an earlier one, whose
+// single consumer took every subject and whose workers queued on
+// gw.replies.<kind>: its consumers are created beside it (a work-queue
+// stream refuses two whose subjects overlap), and what was queued before
+// the upgrade is still taken.
+func TestTheRoutersConsumersReplaceAnEarlierVersions(t *testing.T) {
+	ns, stop, err := embeddedNATS()
+	require.NoError(t, err)
+	defer stop()
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, ensureJetStream(ctx, nc, js, layout{}))
+	_, err = js.CreateOrUpdateConsumer(ctx, repliesStream, jetstream.ConsumerConfig{ // the earlier version's
+		Durable: "router", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: 1024,
+	})
+	require.NoError(t, err)
+	for _, subject := range []string{repliesSubject + "reply", replySubject("reply", "slack"), replySubject("completion", "matrix")} {
+		_, err := js.Publish(ctx, subject, []byte(subject))
+		require.NoError(t, err)
+	}
+
+	got := map[string]string{} // subject: consumer
+	for _, rc := range routerConsumers() {
+		c, err := consumer(ctx, js, "test", repliesStream, rc.name, time.Second, rc.filters, 0)
+		require.NoError(t, err, rc.name)
+		batch, err := c.FetchNoWait(10)
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			got[m.Subject()] = rc.name
+		}
+	}
+	assert.Equal(t, map[string]string{
+		"gw.replies.reply":            "router", // queued by an earlier version's worker
+		"gw.replies.reply.slack":      "router-slack",
+		"gw.replies.completion.other": "router-other",
+	}, got)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,9 +27,56 @@ const (
 
 	jobsSubject    = "gw.jobs."    // + platform
 	bgSubject      = "gw.bg."      // + platform
-	repliesSubject = "gw.replies." // + kind
+	repliesSubject = "gw.replies." // + kind + "." + platform (replySubject)
 	refusedSubject = "gw.events.refused"
+
+	// maxAckPending is how many messages a consumer hands out that are not
+	// acknowledged yet, those waiting to be tried again included.
+	maxAckPending = 1024
 )
+
+// platformNames are the platforms the ingress takes messages from, each
+// with a subject and a consumer of its own for its notifications.
+// otherPlatform stands for any other in a subject.
+var platformNames = []string{"telegram", "discord", "slack", "api_server"}
+
+const otherPlatform = "other"
+
+// replySubject is where a notification of kind ("reply", "completion") for
+// platform is queued. Each platform has its own, and the router pulls each
+// through a consumer of its own (routerConsumers): a notification its
+// platform cannot take yet waits for its retry while still counted against
+// its consumer's maxAckPending, so with one consumer for every platform, a
+// platform down for long enough held every slot and no other platform got
+// anything until it came back.
+func replySubject(kind, platform string) string {
+	if !slices.Contains(platformNames, platform) {
+		platform = otherPlatform
+	}
+	return repliesSubject + kind + "." + platform
+}
+
+// routerConsumer is one of the router's consumers: its durable name and the
+// subjects it takes.
+type routerConsumer struct {
+	name    string
+	filters []string
+}
+
+// routerConsumers are the router's consumers, one per platform and one for
+// any other. The first, under the name the single consumer of earlier
+// versions had, takes what their workers queued (on repliesSubject + kind,
+// without a platform), so that an upgrade delivers what was queued before
+// it; it comes first because a work-queue stream allows no two consumers
+// whose subjects overlap, and it replaces the earlier version's consumer of
+// every subject.
+func routerConsumers() []routerConsumer {
+	cs := []routerConsumer{{"router", []string{repliesSubject + "reply", repliesSubject + "completion"}}}
+	for _, p := range append(slices.Clone(platformNames), otherPlatform) {
+		cs = append(cs, routerConsumer{"router-" + p, []string{repliesSubject + "*." + p}})
+	}
+	return cs
+}
 
 // messageKey names one chat message across the deployment: the hash of its
 // platform, scope, chat and the platform's message id. The id alone would
@@ -224,13 +272,20 @@ func keptReplicas(ctx context.Context, js jetstream.JetStream, name string, want
 // idempotent, so it is retried for up to setupDeadline; only a stream that
 // does not exist stops at once. A role that gave up here used to exit in
 // silence, and every message waited for a consumer nobody pulled from.
-func consumer(ctx context.Context, js jetstream.JetStream, who, stream, name string, ackWait time.Duration) (jetstream.Consumer, error) {
+//
+// filters are the subjects it takes (none: every subject of the stream),
+// and pending its maxAckPending (0: maxAckPending).
+func consumer(ctx context.Context, js jetstream.JetStream, who, stream, name string, ackWait time.Duration, filters []string, pending int) (jetstream.Consumer, error) {
+	if pending == 0 {
+		pending = maxAckPending
+	}
 	log := &onceLog{who: who}
 	var c jetstream.Consumer
 	err := retry(ctx, setupDeadline, func(ctx context.Context) error {
 		var err error
 		c, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1024,
+			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: pending,
+			FilterSubjects: filters,
 		})
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return permanent{err}

@@ -135,11 +135,11 @@ func (w *worker) run(ctx context.Context, ready func()) error {
 	if w.grpc != nil {
 		defer w.grpc.close() // after the jobs in flight (p.close), which may still call it
 	}
-	jobs, err := consumer(ctx, w.js, "worker", jobsStream, "workers", w.cfg.ackWait)
+	jobs, err := consumer(ctx, w.js, "worker", jobsStream, "workers", w.cfg.ackWait, nil, 0)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	bg, err := consumer(ctx, w.js, "worker", bgStream, "background", w.cfg.ackWait)
+	bg, err := consumer(ctx, w.js, "worker", bgStream, "background", w.cfg.ackWait, nil, 0)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -346,7 +346,7 @@ func (w *worker) notify(ctx context.Context, n notification) error {
 	if err != nil {
 		return fmt.Errorf("encode the %s: %w", n.Kind, err)
 	}
-	msg := &nats.Msg{Subject: repliesSubject + n.Kind, Data: b, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: replySubject(n.Kind, n.Origin.Platform), Data: b, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, n.Kind+"-"+n.Key)
 	if err := w.publish(ctx, msg); err != nil {
 		return fmt.Errorf("queue the %s: %w", n.Kind, err)
