@@ -41,6 +41,7 @@ var flagExamples = map[string]string{
 	"nats-cluster":      "--nats-cluster 3",
 	"replicas":          "--replicas 3",
 	"update-replicas":   "--replicas 3 --update-replicas",
+	"max-wait":          "--max-wait 6h   (every role the same: a platform may be down that long with nothing lost)",
 	"node-name":         "(internal: set by the gateway for the NATS servers it starts)",
 	"node-port":         "(internal)",
 	"node-cluster-port": "(internal)",
@@ -202,6 +203,8 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 		return usagef("--nats-cluster starts its own servers: drop --nats-url")
 	case c.layout.replicas < 0 || c.layout.replicas > 5:
 		return usagef("--replicas must be between 0 and 5 (JetStream's limit), not %d", c.layout.replicas)
+	case c.layout.maxWait < time.Minute:
+		return usagef("--max-wait must be at least 1m (the publishes' retries take up to 30s), not %v", c.layout.maxWait)
 	case c.fault != "" && !slices.Contains(faultNames, c.fault):
 		return usagef("--fault must be one of %s, not %q", strings.Join(faultNames, ", "), c.fault)
 	case strings.HasPrefix(c.fault, "nats-") && c.natsNodes == 0:

@@ -67,7 +67,7 @@ func TestDownstreamFlag(t *testing.T) {
 	assert.Equal(t, downstreamHTTP, c.downstream, "HTTP stays the default")
 	_, err = parseFlags([]string{"--downstream", "GRPC "})
 	assert.ErrorContains(t, err, "--downstream must be http or grpc")
-	out, _, err := hop(c.key)
+	out, _, err := hop(c.key, c.layout.wait())
 	require.NoError(t, err)
 	for _, u := range []string{"grpc://127.0.0.1:1/path", "ftp://127.0.0.1:1", "127.0.0.1:1"} {
 		_, err := newWorker(workerConfig{store: storeBaggage, downstreamURL: u, out: out}, nil, nil)

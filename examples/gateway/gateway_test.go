@@ -434,7 +434,7 @@ func TestForgedJobsAreNeverRun(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { stopWorker(); <-done }()
 
-	gateway, _, err := hop(c.key)
+	gateway, _, err := hop(c.key, c.layout.wait())
 	require.NoError(t, err)
 	otherKey, err := propagation.NewSigner(propagation.Key{ID: c.key.ID, Secret: []byte(strings.Repeat("x", 32))})
 	require.NoError(t, err)
@@ -566,7 +566,8 @@ func TestUnverifiedWorkSaysWhy(t *testing.T) {
 				"every role must share SESSIONWIRE_SIGNING_KEY"},
 		{2 * time.Minute, fmt.Errorf("key id %q: %w", "2027", propagation.ErrUnknownKey), "term",
 			"dropping " + where + ": no worker verified its signature within 1m0s"},
-		{0, fmt.Errorf("issued 6m ago: %w", propagation.ErrSignatureExpired), "term", "not running " + where + ": its session was refused (issued 6m ago"},
+		{0, fmt.Errorf("issued 61m ago: %w", propagation.ErrSignatureExpired), "term", "not running " + where + ": its signature expired (issued 61m ago"},
+		{0, fmt.Errorf("session.sig: %w", propagation.ErrMalformedMember), "term", "not running " + where + ": its session was refused (session.sig"},
 	} {
 		out.Reset()
 		m := msg(tc.age)

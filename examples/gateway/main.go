@@ -208,6 +208,7 @@ func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs.IntVar(&c.natsNodes, "nats-cluster", 0, "start a local NATS cluster of this many server processes (at least 3) instead of the embedded server")
 	fs.IntVar(&c.layout.replicas, "replicas", 0, "copies of every stream and the bucket; 0: 3 on a cluster of at least three servers, else 1")
 	fs.BoolVar(&c.layout.update, "update-replicas", false, "raise the replicas of existing streams that have fewer than --replicas")
+	fs.DurationVar(&c.layout.maxWait, "max-wait", defaultMaxWait, "how long a message may wait in a queue (behind a platform, a service or a router that is down) and still be taken; every role of a deployment must agree")
 	fs.StringVar(&c.node.name, "node-name", "", "role nats-node: this server's name in the cluster")
 	fs.IntVar(&c.node.port, "node-port", 0, "role nats-node: client port on 127.0.0.1")
 	fs.IntVar(&c.node.clusterPort, "node-cluster-port", 0, "role nats-node: cluster port on 127.0.0.1")
@@ -331,12 +332,17 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
 // hop returns what every hop of the gateway signs with and verifies with:
 // every message between the roles carries a session signed for its message
 // id, and the session goes to the gateway's own subjects only.
-func hop(key sessionprop.Key) (*sessionprop.Outbound, *sessionprop.Verifier, error) {
+//
+// The verifier takes a queued message's signature up to maxWait old
+// (layout.wait): it was signed when the message was queued, and the
+// message may wait that long behind a platform, a service or a router that
+// is down.
+func hop(key sessionprop.Key, maxWait time.Duration) (*sessionprop.Outbound, *sessionprop.Verifier, error) {
 	signer, err := sessionprop.NewSigner(key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing key: %w", err)
 	}
-	verifier, err := sessionprop.NewVerifier([]sessionprop.Key{key})
+	verifier, err := sessionprop.NewVerifier([]sessionprop.Key{key}, sessionprop.WithMaxAge(maxWait))
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing key: %w", err)
 	}
@@ -352,7 +358,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 	case "gateway":
 		// The gateway signs every session it binds, for the job's message id:
 		// workers trust no publisher, only the signature.
-		out, _, err := hop(c.key)
+		out, _, err := hop(c.key, c.layout.wait())
 		if err != nil {
 			return "", fmt.Errorf("gateway: %w", err)
 		}
@@ -360,7 +366,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 			natssession.WithOutbound(out))
 		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js, c.auth))
 	case "worker":
-		out, verifier, err := hop(c.key)
+		out, verifier, err := hop(c.key, c.layout.wait())
 		if err != nil {
 			return "", fmt.Errorf("worker: %w", err)
 		}
@@ -371,7 +377,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 		}
 		return "", started(done, func(ready func()) error { return w.run(ctx, ready) })
 	case "router":
-		_, verifier, err := hop(c.key)
+		_, verifier, err := hop(c.key, c.layout.wait())
 		if err != nil {
 			return "", fmt.Errorf("router: %w", err)
 		}

@@ -268,7 +268,10 @@ func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bo
 	span.End()
 	if err != nil || !hasRoute(ctx) {
 		reason := "forged: no signed session"
-		if err != nil {
+		switch {
+		case errors.Is(err, propagation.ErrSignatureExpired):
+			reason = "expired: it waited in the queue longer than --max-wait, or its signer's clock is wrong: " + err.Error()
+		case err != nil:
 			reason = "forged: " + err.Error()
 		}
 		rt.refuseForged(*n, reason)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessionwire/sessionwire/internal/syncbuf"
 	"github.com/sessionwire/sessionwire/otelsession"
+	"github.com/sessionwire/sessionwire/propagation"
 )
 
 // One chat whose deliveries its platform refuses for good (Telegram answers
@@ -389,4 +390,62 @@ func TestTheRoutersConsumersReplaceAnEarlierVersions(t *testing.T) {
 		"gw.replies.reply.slack":      "router-slack",
 		"gw.replies.completion.other": "router-other",
 	}, got)
+}
+
+// A queued message is signed when it is queued and verified when it is
+// taken, which may be long after: behind a platform or a service that is
+// down, or a router that is. Every role verified at the library's default
+// of 5 minutes, so a router restarted after 6 minutes refused all it found
+// queued as forged. The roles now verify up to --max-wait (an hour by
+// default), and the streams' duplicate window and the delivery records
+// last as long, so a copy published again while it still verifies is
+// stored or delivered once.
+func TestAQueuedMessageIsTakenUpToMaxWait(t *testing.T) {
+	c := testConfig(t)
+	require.Equal(t, time.Hour, c.layout.wait(), "the default")
+	_, verifier, err := hop(c.key, c.layout.wait())
+	require.NoError(t, err)
+	session := otelsession.Bind(context.Background(), otelsession.Session{Platform: "telegram", ChatID: "-100", MessageID: "1"})
+	for _, tc := range []struct {
+		age  time.Duration
+		want error
+	}{
+		{6 * time.Minute, nil},
+		{59 * time.Minute, nil},
+		{61 * time.Minute, propagation.ErrSignatureExpired},
+	} {
+		signer, err := propagation.NewSigner(c.key, propagation.WithClock(func() time.Time { return time.Now().Add(-tc.age) }))
+		require.NoError(t, err)
+		signed, err := signer.SignFor(session, "reply-k")
+		require.NoError(t, err)
+		err = verifier.Verify(signed, "reply-k")
+		if tc.want == nil {
+			assert.NoError(t, err, "signed %v ago", tc.age)
+		} else {
+			assert.ErrorIs(t, err, tc.want, "signed %v ago", tc.age)
+		}
+	}
+
+	ns, stop, err := embeddedNATS()
+	require.NoError(t, err)
+	defer stop()
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	// A deployment of an earlier version: a 5-minute window, records for an hour.
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour})
+	require.NoError(t, err)
+	l := layout{maxWait: 2 * time.Hour}
+	require.NoError(t, ensureJetStream(ctx, nc, js, l))
+	for _, name := range []string{jobsStream, bgStream, repliesStream} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, 2*time.Hour, s.CachedInfo().Config.Duplicates, name)
+	}
+	kv, err := js.Stream(ctx, "KV_"+deliveredKV)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Hour, kv.CachedInfo().Config.MaxAge, "the delivery records outlive what may still be delivered")
 }

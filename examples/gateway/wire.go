@@ -172,8 +172,29 @@ type refusal struct {
 
 // layout is how the streams and the bucket are stored across the cluster.
 type layout struct {
-	replicas int  // copies of every stream and the bucket; 0 picks from the cluster's size
-	update   bool // raise the replicas of existing streams that have fewer
+	replicas int           // copies of every stream and the bucket; 0 picks from the cluster's size
+	update   bool          // raise the replicas of existing streams that have fewer
+	maxWait  time.Duration // how long a message may wait in a queue; 0: defaultMaxWait
+}
+
+// defaultMaxWait is --max-wait's default: how long a job, background work or
+// notification may wait in its queue (behind a platform or service that is
+// down, or a router that is) and still be taken.
+const defaultMaxWait = time.Hour
+
+// wait is l.maxWait, or its default. It is the age up to which every role
+// verifies a queued message's signature (they were verified at the
+// library's default of 5 minutes, so anything that waited longer was
+// dropped as forged or expired, a router restarted after 6 minutes
+// delivering none of what was queued), the streams' duplicate window (so a
+// captured message published again while its signature verifies is stored
+// once), and how long the router keeps its delivery records (so it is not
+// delivered again either).
+func (l layout) wait() time.Duration {
+	if l.maxWait > 0 {
+		return l.maxWait
+	}
+	return defaultMaxWait
 }
 
 // replicasFor is the number of copies a stream gets: --replicas, or 3 when
@@ -209,8 +230,10 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 		s.Retention = jetstream.WorkQueuePolicy
 		s.Storage = jetstream.FileStorage
 		// Publishes carry Nats-Msg-Id and are retried for at most
-		// publishDeadline: a retried publish within this window is stored once.
-		s.Duplicates = 5 * time.Minute
+		// publishDeadline: a retried publish within this window is stored
+		// once, and so is a replay of a message whose signature still
+		// verifies (see layout.wait).
+		s.Duplicates = l.wait()
 		s.Replicas = keptReplicas(ctx, js, s.Name, replicas, l.update)
 		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
@@ -228,7 +251,7 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 	kvReplicas := keptReplicas(ctx, js, "KV_"+deliveredKV, replicas, l.update)
 	kvs, err := js.Stream(ctx, "KV_"+deliveredKV)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour,
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: l.wait(),
 			Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
 		}
@@ -237,8 +260,11 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 	if err != nil {
 		return fmt.Errorf("open the stream of bucket %s: %w", deliveredKV, err)
 	}
-	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect || cfg.Replicas != kvReplicas {
-		cfg.AllowDirect, cfg.Replicas = false, kvReplicas
+	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect || cfg.Replicas != kvReplicas || cfg.MaxAge < l.wait() {
+		// Records are kept at least as long as a message may wait: a
+		// record gone before its notification's signature expires would
+		// let a copy of it be delivered again.
+		cfg.AllowDirect, cfg.Replicas, cfg.MaxAge = false, kvReplicas, max(cfg.MaxAge, l.wait())
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("configure bucket %s: %w", deliveredKV, err)
 		}

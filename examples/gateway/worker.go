@@ -464,6 +464,10 @@ func (w *worker) refuseUnverified(msg jetstream.Msg, what, id string, err error)
 		w.errs.printAs(what+": another key, dropped", fmt.Errorf("dropping %s: no worker verified its signature within %v (%v); "+
 			"if it is genuine, the gateway's SESSIONWIRE_SIGNING_KEY differs from the workers'", where, unverifiedPatience, err))
 		_ = msg.Term()
+	case errors.Is(err, propagation.ErrSignatureExpired):
+		w.errs.printAs(what+": expired", fmt.Errorf("not running %s: its signature expired (%v): it waited in the queue "+
+			"longer than --max-wait, or the gateway's clock is wrong; dropped", where, err))
+		_ = msg.Term()
 	default:
 		w.errs.printAs(what+": refused", fmt.Errorf("not running %s: its session was refused (%v); dropped", where, err))
 		_ = msg.Term()
