@@ -51,6 +51,69 @@ type router struct {
 	errs        onceLog
 	refusals    onceLog  // every refusal, once per class in 30 s with a count
 	platforms   breakers // one per platform
+	judge       refusalJudge
+}
+
+// refusalJudge tells a platform's final answer about one delivery (a chat
+// that does not exist, a bot its user blocked) from the same answer about
+// the router's way to the platform: a mistyped --platform-url, a wrong API
+// path, answered 404 for every chat. Taken as final, every reply was
+// thrown away until the router was fixed (a router run for 20 s with a
+// mistyped URL refused 72 deliveries for good). One chat refused is taken
+// at its word, as a platform used by one chat may refuse it before it
+// takes anything; refusals of more chats in a row are doubted: a second
+// chat refused before the platform took any delivery since this router
+// started, or a breakerTrips-th since its last. A doubted answer is a
+// failure, retried and counted by the breaker like a 5xx, until a
+// delivery goes through. So a wrong URL throws away at most the first
+// chat's deliveries.
+type refusalJudge struct {
+	mu sync.Mutex
+	m  map[string]*platformRecord
+}
+
+type platformRecord struct {
+	delivered bool            // a delivery went through since the router started
+	refused   map[string]bool // chats refused since the last delivery
+}
+
+func (j *refusalJudge) of(platform string) *platformRecord {
+	if j.m == nil {
+		j.m = map[string]*platformRecord{}
+	}
+	r := j.m[platform]
+	if r == nil {
+		r = &platformRecord{}
+		j.m[platform] = r
+	}
+	return r
+}
+
+// delivered records a delivery that went through.
+func (j *refusalJudge) delivered(platform string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.of(platform)
+	r.delivered, r.refused = true, nil
+}
+
+// refused records platform's final answer code to a delivery for chat, and
+// says why it is not to be trusted as final ("" when it is).
+func (j *refusalJudge) refused(platform, chat string, code int) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.of(platform)
+	if r.refused == nil {
+		r.refused = map[string]bool{}
+	}
+	r.refused[chat] = true
+	if !r.delivered && len(r.refused) > 1 {
+		return fmt.Sprintf("%s refused %d chats and has taken no delivery since this router started; if it answers %d to every chat, check --platform-url", platform, len(r.refused), code)
+	}
+	if len(r.refused) >= breakerTrips {
+		return fmt.Sprintf("%s refused %d chats in a row and took nothing since; if it answers %d to every chat, check --platform-url", platform, len(r.refused), code)
+	}
+	return ""
 }
 
 func newRouter(store string, verifier *propagation.Verifier, js jetstream.JetStream, nc *nats.Conn, platformURL string, tp *sdktrace.TracerProvider) *router {
@@ -184,13 +247,23 @@ func (rt *router) handle(msg jetstream.Msg) {
 	// A 429 is an answer too: the platform limits this bot or this chat
 	// (Telegram limits each chat), it is not down; the delivery is tried
 	// again when the platform says, without opening its breaker.
+	// A final answer is taken as one only from a platform that takes
+	// deliveries (see refusalJudge); otherwise it is a failure like a 5xx.
 	var final, limited *platformAnswer
-	err := rt.platforms.of(n.Origin.Platform).callFor(n.Origin.ScopeID+"/"+n.Origin.ChatID, func() error {
+	chat := n.Origin.ScopeID + "/" + n.Origin.ChatID
+	err := rt.platforms.of(n.Origin.Platform).callFor(chat, func() error {
 		err := rt.deliver(ctx, n)
-		if a := (*platformAnswer)(nil); errors.As(err, &a) && a.final() {
+		a := (*platformAnswer)(nil)
+		switch {
+		case err == nil:
+			rt.judge.delivered(n.Origin.Platform)
+		case errors.As(err, &a) && a.final():
+			if doubt := rt.judge.refused(n.Origin.Platform, chat, a.code); doubt != "" {
+				return fmt.Errorf("%w, not taken as final: %s", err, doubt)
+			}
 			final = a
 			return nil
-		} else if a != nil && a.code == http.StatusTooManyRequests {
+		case a != nil && a.code == http.StatusTooManyRequests:
 			limited = a
 			return nil
 		}

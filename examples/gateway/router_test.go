@@ -449,3 +449,54 @@ func TestAQueuedMessageIsTakenUpToMaxWait(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Hour, kv.CachedInfo().Config.MaxAge, "the delivery records outlive what may still be delivered")
 }
+
+// A platform that refuses every chat with the same final answer is not
+// refusing the deliveries but the router: a mistyped --platform-url, a
+// wrong API path. A router started with one and then fixed used to throw
+// away, for good, every reply of that window (72 in a 20 s window); now
+// only the first chat's are (one chat may be refused by a platform that
+// has taken nothing yet), and the others wait, retried as for a platform
+// that is down, and arrive once the platform takes deliveries.
+func TestAPlatformThatRefusesEveryChatIsNotBelieved(t *testing.T) {
+	var log syncbuf.Buffer
+	c := testConfig(t, "--messages", "1", "--conversations", "1")
+	c.routerLog = &log
+	top := refusingTopology(t, c, "telegram/*", http.StatusNotFound)
+	refusals := watchRefusals(t, top.nc)
+	const chats = 6
+	for i := 1; i <= chats; i++ {
+		postTelegram(t, top, fmt.Sprintf(`{"message_id":%d,"chat":{"id":%d,"type":"supergroup"},"from":{"id":7},"text":"hi"}`, i, -2000-i))
+	}
+	tried := func() int { top.p.mu.Lock(); defer top.p.mu.Unlock(); return len(top.p.refusedPosts) }
+	require.Eventually(t, func() bool { return tried() == chats }, 30*time.Second, 20*time.Millisecond,
+		"every chat's reply was posted, and answered 404")
+	time.Sleep(time.Second) // retries come and go
+
+	top.p.mu.Lock()
+	top.p.refuse = nil // the router's URL fixed
+	top.p.mu.Unlock()
+	delivered := func() int { top.p.mu.Lock(); defer top.p.mu.Unlock(); return len(top.p.deliveries) }
+	assert.Eventually(t, func() bool { return delivered()+len(refusals()) == chats }, 30*time.Second, 50*time.Millisecond,
+		"every reply arrives once the platform takes deliveries, or was refused")
+	assert.LessOrEqual(t, len(refusals()), 1, "at most the first chat's reply was refused for good: %v", refusals())
+	assert.GreaterOrEqual(t, delivered(), chats-1)
+	assert.Contains(t, log.String(), "has taken no delivery since this router started; if it answers 404 to every chat, check --platform-url")
+}
+
+// Which final answers the router believes: one chat's at once; a second
+// chat's only from a platform that has taken a delivery; and, after one,
+// fewer than breakerTrips chats in a row.
+func TestRefusalJudge(t *testing.T) {
+	var j refusalJudge
+	assert.Empty(t, j.refused("telegram", "/1", 403), "one chat, before any delivery")
+	assert.Empty(t, j.refused("telegram", "/1", 403), "the same chat again")
+	assert.Contains(t, j.refused("telegram", "/2", 404), "telegram refused 2 chats and has taken no delivery")
+	assert.Empty(t, j.refused("slack", "T/C1", 404), "each platform on its own")
+	j.delivered("telegram")
+	for i := 1; i < breakerTrips; i++ {
+		assert.Empty(t, j.refused("telegram", fmt.Sprint("/", i), 403), "chat %d after a delivery", i)
+	}
+	assert.Contains(t, j.refused("telegram", "/9", 403), fmt.Sprintf("telegram refused %d chats in a row", breakerTrips))
+	j.delivered("telegram")
+	assert.Empty(t, j.refused("telegram", "/9", 403), "a delivery went through since")
+}
