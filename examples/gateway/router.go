@@ -340,7 +340,7 @@ func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bo
 	ctx, span, err := rt.cons.ExtractJetStream(context.Background(), msg)
 	span.End()
 	if err != nil || !hasRoute(ctx) {
-		reason := "forged: no signed session"
+		reason := "forged: no signed session (a forgery, or a worker not started with --session-store baggage as this router was)"
 		switch {
 		case errors.Is(err, propagation.ErrSignatureExpired):
 			reason = "expired: it waited in the queue longer than --max-wait, or its signer's clock is wrong: " + err.Error()
