@@ -356,17 +356,10 @@ func TestAPlatformThatIsDownHoldsUpNoOther(t *testing.T) {
 // stream refuses two whose subjects overlap), and what was queued before
 // the upgrade is still taken.
 func TestTheRoutersConsumersReplaceAnEarlierVersions(t *testing.T) {
-	ns, stop, err := embeddedNATS()
-	require.NoError(t, err)
-	defer stop()
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := embeddedJetStream(t)
 	ctx := context.Background()
 	require.NoError(t, ensureJetStream(ctx, nc, js, layout{}))
-	_, err = js.CreateOrUpdateConsumer(ctx, repliesStream, jetstream.ConsumerConfig{ // the earlier version's
+	_, err := js.CreateOrUpdateConsumer(ctx, repliesStream, jetstream.ConsumerConfig{ // the earlier version's
 		Durable: "router", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: 1024,
 	})
 	require.NoError(t, err)
@@ -426,14 +419,7 @@ func TestAQueuedMessageIsTakenUpToMaxWait(t *testing.T) {
 		}
 	}
 
-	ns, stop, err := embeddedNATS()
-	require.NoError(t, err)
-	defer stop()
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := embeddedJetStream(t)
 	ctx := context.Background()
 	// A deployment of an earlier version: a 5-minute window, records for an hour.
 	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: time.Hour})
@@ -499,4 +485,19 @@ func TestRefusalJudge(t *testing.T) {
 	assert.Contains(t, j.refused("telegram", "/9", 403), fmt.Sprintf("telegram refused %d chats in a row", breakerTrips))
 	j.delivered("telegram")
 	assert.Empty(t, j.refused("telegram", "/9", 403), "a delivery went through since")
+}
+
+// embeddedJetStream starts an embedded NATS server with JetStream, stopped
+// when the test ends, and connects to it.
+func embeddedJetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns, stop, err := embeddedNATS()
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
 }
