@@ -844,6 +844,62 @@ func TestRolesStartDuringLeaderElection(t *testing.T) {
 	}
 }
 
+// Roles started together on a new deployment each create the streams and
+// the bucket, at once, on a cluster that has just formed: every one must
+// come up. (The gateway and the router used to exit with "create stream
+// GW_JOBS with 3 replicas: context deadline exceeded": only the consumers
+// were retried, not the streams and the bucket.)
+func TestRolesStartedTogetherCreateTheStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a NATS cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := startNATSCluster(ctx, 3)
+	require.NoError(t, err)
+	defer c.stop()
+
+	const roles = 3 // the gateway, the router and a worker, each its own process
+	rolesCtx, stopRoles := context.WithCancel(context.Background())
+	defer stopRoles()
+	errs := make(chan error, roles)
+	for i := range roles {
+		go func() {
+			nc, err := nats.Connect(c.url(), nats.Name(fmt.Sprint("role-", i)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				errs <- err
+				return
+			}
+			// As connect calls it: a role's context has no deadline.
+			errs <- ensureJetStream(rolesCtx, nc, js, layout{})
+		}()
+	}
+	for range roles {
+		assert.NoError(t, <-errs, "a role started with the others must come up")
+	}
+
+	nc, err := nats.Connect(c.url())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, name := range []string{jobsStream, bgStream, repliesStream, "KV_" + deliveredKV} {
+		var s jetstream.Stream
+		require.NoError(t, retry(ctx, publishDeadline, func(ctx context.Context) (err error) {
+			s, err = js.Stream(ctx, name)
+			return err
+		}), name)
+		assert.Equal(t, 3, s.CachedInfo().Config.Replicas, name)
+		assert.False(t, s.CachedInfo().Config.AllowDirect, name)
+	}
+}
+
 // fakeMsg is a JetStream message that says how many times it was delivered.
 type fakeMsg struct {
 	jetstream.Msg

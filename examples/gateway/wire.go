@@ -220,8 +220,17 @@ func replicasFor(nc *nats.Conn, l layout) int {
 // it, so the loss of one node loses no job, reply or delivery record. An
 // existing stream with fewer replicas is reported and kept as it is unless
 // l.update is set: changing it copies its data, an operator's decision.
+//
+// Every role calls it as it starts, and a fleet started at once calls it
+// from every role together, on a cluster that may still be forming or
+// electing a leader: a request then times out, or its answer is lost. Each
+// step is idempotent and retried like a consumer (see setupStep); only a
+// server without JetStream stops it at once. The gateway and the router
+// used to exit with "create stream GW_JOBS with 3 replicas: context
+// deadline exceeded" when started together on a new cluster.
 func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l layout) error {
 	replicas := replicasFor(nc, l)
+	log := &onceLog{who: "gateway"}
 	for _, s := range []jetstream.StreamConfig{
 		{Name: jobsStream, Subjects: []string{jobsSubject + ">"}},
 		{Name: bgStream, Subjects: []string{bgSubject + ">"}},
@@ -234,13 +243,14 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 		// once, and so is a replay of a message whose signature still
 		// verifies (see layout.wait).
 		s.Duplicates = l.wait()
-		s.Replicas = keptReplicas(ctx, js, s.Name, replicas, l.update)
-		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
-			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
-				// Nothing answers JetStream's API: the server runs without it.
-				return fmt.Errorf("create stream %s: %w: is JetStream enabled on the NATS server "+
-					"(nats-server -js, or jetstream {} in its configuration)?", s.Name, err)
-			}
+		var err error
+		if s.Replicas, err = keptReplicas(ctx, js, log, s.Name, replicas, l.update); err != nil {
+			return err
+		}
+		if err := setupStep(ctx, log, "create stream "+s.Name, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, s)
+			return err
+		}); err != nil {
 			return fmt.Errorf("create stream %s with %d replicas: %w", s.Name, s.Replicas, err)
 		}
 	}
@@ -248,44 +258,92 @@ func ensureJetStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 	// reads go to the bucket's leader, never to a follower that may not have
 	// the latest record yet: direct gets, which any replica may answer, are
 	// turned off on the bucket's stream.
-	kvReplicas := keptReplicas(ctx, js, "KV_"+deliveredKV, replicas, l.update)
-	kvs, err := js.Stream(ctx, "KV_"+deliveredKV)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: l.wait(),
-			Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
-		}
-		kvs, err = js.Stream(ctx, "KV_"+deliveredKV)
-	}
+	kvReplicas, err := keptReplicas(ctx, js, log, "KV_"+deliveredKV, replicas, l.update)
 	if err != nil {
-		return fmt.Errorf("open the stream of bucket %s: %w", deliveredKV, err)
+		return err
+	}
+	var kvs jetstream.Stream
+	if err := setupStep(ctx, log, "create bucket "+deliveredKV, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, "KV_"+deliveredKV)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: deliveredKV, TTL: l.wait(),
+				Storage: jetstream.FileStorage, Replicas: kvReplicas}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+				return fmt.Errorf("create key-value bucket %s with %d replicas: %w", deliveredKV, kvReplicas, err)
+			}
+			s, err = js.Stream(ctx, "KV_"+deliveredKV)
+		}
+		if err != nil {
+			return fmt.Errorf("open the stream of bucket %s: %w", deliveredKV, err)
+		}
+		kvs = s
+		return nil
+	}); err != nil {
+		return err
 	}
 	if cfg := kvs.CachedInfo().Config; cfg.AllowDirect || cfg.Replicas != kvReplicas || cfg.MaxAge < l.wait() {
 		// Records are kept at least as long as a message may wait: a
 		// record gone before its notification's signature expires would
 		// let a copy of it be delivered again.
 		cfg.AllowDirect, cfg.Replicas, cfg.MaxAge = false, kvReplicas, max(cfg.MaxAge, l.wait())
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		if err := setupStep(ctx, log, "configure bucket "+deliveredKV, func(ctx context.Context) error {
+			_, err := js.UpdateStream(ctx, cfg)
+			return err
+		}); err != nil {
 			return fmt.Errorf("configure bucket %s: %w", deliveredKV, err)
 		}
 	}
 	return nil
 }
 
+// setupStep runs f, one idempotent step of ensureJetStream (what), until it
+// succeeds, retried for up to setupDeadline as consumer is, each error
+// logged once per kind. A server that answers no JetStream request has
+// JetStream turned off, which waiting does not turn on: that stops it at
+// once, with what to check.
+func setupStep(ctx context.Context, log *onceLog, what string, f func(ctx context.Context) error) error {
+	return retry(ctx, setupDeadline, func(ctx context.Context) error {
+		err := f(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+			// Nothing answers JetStream's API: the server runs without it.
+			return permanent{fmt.Errorf("%w: is JetStream enabled on the NATS server "+
+				"(nats-server -js, or jetstream {} in its configuration)?", err)}
+		}
+		log.print(fmt.Errorf("%s: %w (trying again)", what, err))
+		return err
+	})
+}
+
 // keptReplicas is the replica count to configure for a stream: want, unless
 // the stream exists with another count and update is false. Fewer than
-// wanted is reported.
-func keptReplicas(ctx context.Context, js jetstream.JetStream, name string, want int, update bool) int {
-	s, err := js.Stream(ctx, name)
-	if err != nil || update {
-		return want // not there yet (or not readable: creating it will say why)
+// wanted is reported. Reading the stream is retried (setupStep): taking a
+// stream that could not be read for one that does not exist would change
+// its replicas unasked.
+func keptReplicas(ctx context.Context, js jetstream.JetStream, log *onceLog, name string, want int, update bool) (int, error) {
+	if update {
+		return want, nil
+	}
+	var s jetstream.Stream
+	if err := setupStep(ctx, log, "read stream "+name, func(ctx context.Context) error {
+		var err error
+		if s, err = js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil // not there yet
+		}
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", name, err)
+	}
+	if s == nil {
+		return want, nil
 	}
 	have := s.CachedInfo().Config.Replicas
 	if have < want {
 		fmt.Fprintf(os.Stderr, "gateway: stream %s keeps %d replica(s), fewer than the %d asked for: "+
 			"losing its server stops it; --update-replicas raises it (JetStream copies its data)\n", name, have, want)
 	}
-	return have
+	return have, nil
 }
 
 // consumer returns the durable pull consumer of a stream, shared by every
@@ -412,8 +470,8 @@ func retryAfter(msg jetstream.Msg) time.Duration {
 }
 
 // setupDeadline bounds how long a role retries what it needs before it can
-// consume (its consumers, the delivery bucket): a few leader elections on a
-// starved machine.
+// consume (the streams, its consumers, the delivery bucket): a few leader
+// elections on a starved machine.
 const setupDeadline = 2 * time.Minute
 
 // permanent is an error retry returns at once: waiting does not make a
