@@ -523,6 +523,59 @@ func TestAWorkerWithAnotherKeyLosesNothing(t *testing.T) {
 	assert.Zero(t, toolRuns(spans), "the worker with another key ran nothing")
 }
 
+// A router started with another SESSIONWIRE_SIGNING_KEY, beside one that
+// holds the workers', delivers nothing and loses nothing: what it pulls it
+// puts back, and the other router delivers it. (It used to refuse every
+// notification it pulled as forged: a second router with another key beside
+// the right one lost 120 of 227.)
+func TestARouterWithAnotherKeyLosesNothing(t *testing.T) {
+	c := testConfig(t, "--messages", "60", "--conversations", "20")
+	top, err := startTopology(context.Background(), c)
+	require.NoError(t, err)
+	defer top.stop()
+	js, err := jetstream.New(top.nc)
+	require.NoError(t, err)
+	misconfigured := top.cfg
+	misconfigured.key.Secret = []byte(strings.Repeat("x", 32))
+	log := &lockedWriter{}
+	misconfigured.routerLog = log
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	_, err = startRole(ctx, misconfigured, "router", top.nc, js, top.tps["router"], done)
+	require.NoError(t, err)
+	defer func() { stop(); <-done }() // before the topology stops
+
+	s, err := top.drive(context.Background(), c.seed, nil)
+	require.NoError(t, err)
+	t.Logf("\n%s", s)
+	assert.Zero(t, s.Lost)
+	assert.Zero(t, s.Misrouted)
+	assert.Zero(t, s.ForgedRefused, "no genuine notification was refused as forged")
+	assert.Equal(t, s.Expected, s.Delivered)
+	assert.Equal(t, s.ExpectedRefused, s.Refused)
+	assert.Contains(t, log.String(), "its signature does not verify with this router's key",
+		"the router with another key pulled some, and said why it put them back")
+	assert.Contains(t, log.String(), "every role must share SESSIONWIRE_SIGNING_KEY")
+}
+
+// lockedWriter is a log that several goroutines write to.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 // verdictMsg is a queued message that records what a worker did with it.
 type verdictMsg struct {
 	jetstream.Msg
@@ -668,7 +721,8 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 		forgedMu.Lock()
 		defer forgedMu.Unlock()
 		return len(forgedSeen) == forgeries
-	}, 30*time.Second, 50*time.Millisecond, "every forgery is refused as forged")
+	}, unverifiedPatience+30*time.Second, 50*time.Millisecond, "every forgery is refused as forged (one signed with another "+
+		"key, or moved, once no router verified it for unverifiedPatience)")
 	assert.Positive(t, s.ForgedRefused, "the summary counts forged refusals")
 	assert.LessOrEqual(t, s.ForgedRefused, forgeries)
 	assert.Equal(t, s.ExpectedRefused, s.Refused, "forgeries are not counted as expected refusals")

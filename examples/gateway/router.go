@@ -187,8 +187,7 @@ func (rt *router) handle(msg jetstream.Msg) {
 	}
 	ctx, ok := rt.route(msg, &n)
 	if !ok {
-		_ = msg.Term() // never delivered, never redelivered
-		return
+		return // refused and terminated, or put back for another router
 	}
 	if !keyedAs(msg, n.Kind+"-", n.Key) {
 		// Its delivery could not be recorded, or not under the key it was
@@ -327,8 +326,16 @@ type platformPost struct {
 // sessions (the baggage store), the route is the signed session of the
 // message and nothing else: the origin in the body is anybody's to write, so
 // a notification without a session that verifies is refused as forged and
-// its body's origin replaced. Without sessions (--propagation off, the env
-// store), the body is all there is.
+// terminated (route reports false), and its body's origin replaced. Without
+// sessions (--propagation off, the env store), the body is all there is.
+//
+// A signature that fails only for its key (another key id, or a MAC that
+// does not match) is a forgery, or this router was started with another
+// SESSIONWIRE_SIGNING_KEY than the workers': it is put back for another
+// router for up to unverifiedPatience, as a worker does with a job
+// (heldForAnotherKey), and refused as forged only then. A router with
+// another key beside a right one used to terminate every notification it
+// pulled: 120 of 227 were lost.
 func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bool) {
 	if rt.store != storeBaggage {
 		ctx := n.Origin.Bind(otelsession.Reset(context.Background()))
@@ -340,14 +347,21 @@ func (rt *router) route(msg jetstream.Msg, n *notification) (context.Context, bo
 	ctx, span, err := rt.cons.ExtractJetStream(context.Background(), msg)
 	span.End()
 	if err != nil || !hasRoute(ctx) {
+		if heldForAnotherKey(&rt.errs, msg, "router", "workers'", "delivering", "notification",
+			unverifiedWhere(msg, "notification", n.ID), err) {
+			return nil, false
+		}
 		reason := "forged: no signed session (a forgery, or a worker not started with --session-store baggage as this router was)"
 		switch {
 		case errors.Is(err, propagation.ErrSignatureExpired):
 			reason = "expired: it waited in the queue longer than --max-wait, or its signer's clock is wrong: " + err.Error()
+		case signedWithAnotherKey(err):
+			reason = fmt.Sprintf("forged: no router verified its signature within %v: %v", unverifiedPatience, err)
 		case err != nil:
 			reason = "forged: " + err.Error()
 		}
 		rt.refuseForged(*n, reason)
+		_ = msg.Term() // never delivered, never redelivered
 		return nil, false
 	}
 	verified := otelsession.OriginFrom(ctx)

@@ -421,10 +421,10 @@ func (w *worker) handleBackground(msg jetstream.Msg) {
 }
 
 // unverifiedPatience is how long work whose signature fails against this
-// worker's key is left for another worker (see refuseUnverified) before it
-// is dropped: time for a worker that holds the gateway's key to take it,
-// while a forgery holds a place among the consumer's unacknowledged
-// messages for no longer than this.
+// process's keys is left for another process of its role (see
+// heldForAnotherKey) before it is dropped: time for a worker or a router
+// that holds the right key to take it, while a forgery holds a place among
+// the consumer's unacknowledged messages for no longer than this.
 const unverifiedPatience = time.Minute
 
 // refuseUnverified disposes of work (a job, or background work; what, with
@@ -438,29 +438,17 @@ const unverifiedPatience = time.Minute
 //   - No signed session, or one that is malformed, expired or unusable: no
 //     worker could run it. Terminated at once.
 //   - A signature made with a key this worker does not hold, or whose MAC
-//     does not match: a forgery, or this worker (or the gateway) started
-//     with another SESSIONWIRE_SIGNING_KEY, which is easy to do and which
-//     this worker cannot tell apart. Were it terminated, every message a
-//     misconfigured worker pulls would be lost, though a worker holding the
-//     right key could run it; so it is put back, offered again within a
-//     second (sooner at first), for another worker to take, until it is
-//     unverifiedPatience old, and dropped then.
+//     does not match: put back for another worker (heldForAnotherKey) until
+//     it is unverifiedPatience old, and dropped then.
 func (w *worker) refuseUnverified(msg jetstream.Msg, what, id string, err error) {
-	where := fmt.Sprintf("%s %q (subject %s, Nats-Msg-Id %q)", what, id, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
+	where := unverifiedWhere(msg, what, id)
 	switch {
 	case err == nil:
 		w.errs.printAs(what+": unsigned", fmt.Errorf("not running %s: it carries no session signed by the gateway "+
 			"(a forgery, or a gateway not started with --session-store baggage); dropped", where))
 		_ = msg.Term()
-	case errors.Is(err, propagation.ErrBadSignature) || errors.Is(err, propagation.ErrUnknownKey):
-		md, mdErr := msg.Metadata()
-		if mdErr == nil && time.Since(md.Timestamp) < unverifiedPatience {
-			w.errs.printAs(what+": another key", fmt.Errorf("not running %s: its signature does not verify with this worker's key (%v). "+
-				"Either it is forged, or this worker's key differs from the gateway's: every role must share SESSIONWIRE_SIGNING_KEY "+
-				"(and --signing-key-id). Left for another worker for up to %v, then dropped", where, err, unverifiedPatience))
-			_ = msg.NakWithDelay(min(retryAfter(msg), time.Second))
-			return
-		}
+	case heldForAnotherKey(&w.errs, msg, "worker", "gateway's", "running", what, where, err):
+	case signedWithAnotherKey(err):
 		w.errs.printAs(what+": another key, dropped", fmt.Errorf("dropping %s: no worker verified its signature within %v (%v); "+
 			"if it is genuine, the gateway's SESSIONWIRE_SIGNING_KEY differs from the workers'", where, unverifiedPatience, err))
 		_ = msg.Term()
@@ -472,6 +460,45 @@ func (w *worker) refuseUnverified(msg jetstream.Msg, what, id string, err error)
 		w.errs.printAs(what+": refused", fmt.Errorf("not running %s: its session was refused (%v); dropped", where, err))
 		_ = msg.Term()
 	}
+}
+
+// unverifiedWhere names a message whose session did not verify, for a log
+// line: what it is and the id its body gives, its subject and Nats-Msg-Id.
+func unverifiedWhere(msg jetstream.Msg, what, id string) string {
+	return fmt.Sprintf("%s %q (subject %s, Nats-Msg-Id %q)", what, id, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
+}
+
+// signedWithAnotherKey reports whether a session failed to verify only for
+// its key: made with a key id this process does not hold, or whose MAC does
+// not match under the key it holds by that id.
+func signedWithAnotherKey(err error) bool {
+	return errors.Is(err, propagation.ErrBadSignature) || errors.Is(err, propagation.ErrUnknownKey)
+}
+
+// heldForAnotherKey puts back a message whose session failed to verify only
+// for its key (signedWithAnotherKey), while it is younger than
+// unverifiedPatience, for another process of the same role (who: "worker",
+// "router") to take, offered again within a second (sooner at first); it
+// reports whether it did. Such a message is a forgery, or this process (or
+// the one that signed it, signer) was started with another
+// SESSIONWIRE_SIGNING_KEY, which is easy to do and which this process cannot
+// tell apart. Were it terminated, every message a misconfigured process
+// pulls would be lost, though one holding the right key could take it. The
+// line it prints (once in 30 s per kind, to log) says what (the doing, such
+// as "running", and the message, where) and what to check.
+func heldForAnotherKey(log *onceLog, msg jetstream.Msg, who, signer, doing, what, where string, err error) bool {
+	if !signedWithAnotherKey(err) {
+		return false
+	}
+	md, mdErr := msg.Metadata()
+	if mdErr != nil || time.Since(md.Timestamp) >= unverifiedPatience {
+		return false
+	}
+	log.printAs(what+": another key", fmt.Errorf("not %s %s: its signature does not verify with this %s's key (%v). "+
+		"Either it is forged, or this %s's key differs from the %s: every role must share SESSIONWIRE_SIGNING_KEY "+
+		"(and --signing-key-id). Left for another %s for up to %v, then dropped", doing, where, who, err, who, signer, who, unverifiedPatience))
+	_ = msg.NakWithDelay(min(retryAfter(msg), time.Second))
+	return true
 }
 
 // hasRoute reports whether ctx holds a session with somewhere to deliver to.
