@@ -721,7 +721,7 @@ func TestForgedRepliesAreRefused(t *testing.T) {
 		forgedMu.Lock()
 		defer forgedMu.Unlock()
 		return len(forgedSeen) == forgeries
-	}, unverifiedPatience+30*time.Second, 50*time.Millisecond, "every forgery is refused as forged (one signed with another "+
+	}, unverifiedPatience+90*time.Second, 50*time.Millisecond, "every forgery is refused as forged (one signed with another "+
 		"key, or moved, once no router verified it for unverifiedPatience)")
 	assert.Positive(t, s.ForgedRefused, "the summary counts forged refusals")
 	assert.LessOrEqual(t, s.ForgedRefused, forgeries)
