@@ -53,6 +53,9 @@ var flagExamples = map[string]string{
 	"duration":          "--rate 100 --duration 60s",
 	"signing-key-id":    "--signing-key-id 2026-12   (with SESSIONWIRE_SIGNING_KEY set)",
 	"trust":             "--trust 10.1.0.0/16,192.168.0.0/24",
+
+	// A key rotation's (see the README, "Rotating the signing key").
+	"previous-signing-key-id": "--signing-key-id 2026-12 --previous-signing-key-id 2026-11   (with SESSIONWIRE_SIGNING_KEY and SESSIONWIRE_PREVIOUS_SIGNING_KEY set)",
 }
 
 // helpText is what --help prints: what the program does, an example of
@@ -116,6 +119,9 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 	c.key = sessionprop.Key{ID: keyID, Secret: []byte(demoKey)}
 	if secret := os.Getenv("SESSIONWIRE_SIGNING_KEY"); secret != "" {
 		c.key.Secret = []byte(secret)
+	}
+	if err := c.previousKey(); err != nil {
+		return err
 	}
 	if c.trust = sessionprop.TrustLoopback(); trust != "loopback" {
 		var prefixes []netip.Prefix
@@ -229,6 +235,44 @@ func (c *config) finish(set map[string]bool, keyID, trust string) error {
 			return usagef("--downstream-url: %v (such as http://load-1:9090/downstream, or grpc://load-1:9091)", err)
 		}
 	}
+	return nil
+}
+
+// previousKey reads the previous signing key, which a key rotation keeps
+// verifying (see the README, "Rotating the signing key"): its id from
+// --previous-signing-key-id, its secret from
+// SESSIONWIRE_PREVIOUS_SIGNING_KEY. Both or neither: one without the other
+// is a usage error, and so is a key the current one would not be allowed
+// to be (a secret shorter than 32 bytes, an id with other characters than
+// letters, digits, "-" and "_") or one with the current key's id.
+// Checked for the roles that sign or verify.
+func (c *config) previousKey() error {
+	id, secret := c.previousKeyID, os.Getenv("SESSIONWIRE_PREVIOUS_SIGNING_KEY")
+	switch {
+	case id == "" && secret == "", c.role == "tool" || c.role == "nats-node":
+		// The tool (a worker's child, in the worker's environment) and a
+		// NATS node use no key.
+		return nil
+	case secret == "":
+		return usagef("--previous-signing-key-id %s names the key the roles signed with before a key rotation, "+
+			"but its secret is not set: set SESSIONWIRE_PREVIOUS_SIGNING_KEY to that key's secret (what "+
+			"SESSIONWIRE_SIGNING_KEY was until now), or drop --previous-signing-key-id once the rotation is over", id)
+	case id == "":
+		return usagef("SESSIONWIRE_PREVIOUS_SIGNING_KEY is set, but not --previous-signing-key-id: during a key rotation, " +
+			"give the id the roles signed with until now (what --signing-key-id was, such as --previous-signing-key-id 2026-11), " +
+			"or unset SESSIONWIRE_PREVIOUS_SIGNING_KEY once the rotation is over")
+	case id == c.key.ID:
+		return usagef("--previous-signing-key-id %s is the id of the current key too (--signing-key-id): a rotated key "+
+			"needs an id of its own, which is how a signature names the key it was made with (such as "+
+			"--signing-key-id 2026-12 --previous-signing-key-id 2026-11)", id)
+	}
+	prev := sessionprop.Key{ID: id, Secret: []byte(secret)}
+	if _, err := sessionprop.NewVerifier([]sessionprop.Key{prev}); err != nil {
+		return usagef("the previous signing key (SESSIONWIRE_PREVIOUS_SIGNING_KEY, --previous-signing-key-id %s) is not a key: %v "+
+			"(a secret is at least %d random bytes, such as $(openssl rand -base64 32); an id is letters, digits, \"-\" and \"_\")",
+			id, err, sessionprop.MinSecretBytes)
+	}
+	c.previous = []sessionprop.Key{prev}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sessionwire/sessionwire/internal/syncbuf"
+	sessionprop "github.com/sessionwire/sessionwire/propagation"
 )
 
 // cliEnv makes the test binary run main(), so that these tests run the
@@ -131,6 +133,49 @@ func TestCommandLineErrors(t *testing.T) {
 		assert.NotContains(t, r.stderr, "NATS at", "%v: nothing was started", tc.args)
 		assert.Less(t, time.Since(start), 20*time.Second)
 	}
+}
+
+// The previous signing key, which a key rotation keeps verifying, is given
+// whole or not at all: an id without its secret, a secret without its id, a
+// secret too short or the current key's id is a usage error that says what
+// to do, and nothing starts.
+func TestPreviousSigningKeyErrors(t *testing.T) {
+	role := []string{"--role", "router", "--nats-url", "nats://127.0.0.1:1", "--platform-url", "http://127.0.0.1:1/platforms"}
+	secret := strings.Repeat("p", 32)
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"SESSIONWIRE_PREVIOUS_SIGNING_KEY="}, []string{"--previous-signing-key-id", "2026-11"},
+			"--previous-signing-key-id 2026-11 names the key the roles signed with before a key rotation, but its secret is not set: " +
+				"set SESSIONWIRE_PREVIOUS_SIGNING_KEY"},
+		{[]string{"SESSIONWIRE_PREVIOUS_SIGNING_KEY=" + secret}, nil,
+			"SESSIONWIRE_PREVIOUS_SIGNING_KEY is set, but not --previous-signing-key-id"},
+		{[]string{"SESSIONWIRE_PREVIOUS_SIGNING_KEY=short"}, []string{"--previous-signing-key-id", "2026-11"},
+			"the previous signing key (SESSIONWIRE_PREVIOUS_SIGNING_KEY, --previous-signing-key-id 2026-11) is not a key: " +
+				"new session verifier: key \"2026-11\": secret of 5 bytes, want at least 32"},
+		{[]string{"SESSIONWIRE_PREVIOUS_SIGNING_KEY=" + secret}, []string{"--previous-signing-key-id", "2026/11"},
+			"is not a key: new session verifier: key id \"2026/11\": only letters, digits"},
+		{[]string{"SESSIONWIRE_PREVIOUS_SIGNING_KEY=" + secret}, []string{"--signing-key-id", "2026-12", "--previous-signing-key-id", "2026-12"},
+			"--previous-signing-key-id 2026-12 is the id of the current key too (--signing-key-id)"},
+	} {
+		args := append(slices.Clone(role), tc.args...)
+		r := gatewayWithEnv(t, 30*time.Second, tc.env, args...)
+		assert.Equal(t, 2, r.code, "%v %v", tc.env, args)
+		assert.Contains(t, r.stderr, tc.want, "%v %v", tc.env, args)
+		assert.Contains(t, r.stderr, "gateway --help", "%v %v: points to the help", tc.env, args)
+		assert.NotContains(t, r.stderr, "NATS at", "%v %v: nothing was started", tc.env, args)
+	}
+	// Both, or neither: accepted.
+	t.Setenv("SESSIONWIRE_PREVIOUS_SIGNING_KEY", secret)
+	c, err := parseFlags(append(slices.Clone(role), "--signing-key-id", "2026-12", "--previous-signing-key-id", "2026-11"))
+	require.NoError(t, err)
+	assert.Equal(t, []sessionprop.Key{{ID: "2026-11", Secret: []byte(secret)}}, c.previous)
+	t.Setenv("SESSIONWIRE_PREVIOUS_SIGNING_KEY", "")
+	c, err = parseFlags(role)
+	require.NoError(t, err)
+	assert.Empty(t, c.previous)
 }
 
 // A role started without SESSIONWIRE_SIGNING_KEY signs and verifies with the

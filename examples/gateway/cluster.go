@@ -446,9 +446,20 @@ type workerProcs struct {
 
 func (w *workerProcs) args() []string {
 	c := w.cfg
-	return []string{"--role", "worker", "--nats-url", c.natsURL, "--downstream-url", c.downstreamURL,
+	args := []string{"--role", "worker", "--nats-url", c.natsURL, "--downstream-url", c.downstreamURL,
 		"--session-store", c.store, "--concurrency", fmt.Sprint(c.concurrency), "--think", c.think.String(),
 		"--ack-wait", c.ackWait.String(), "--replicas", fmt.Sprint(c.layout.replicas)}
+	return append(args, keyArgs(c)...)
+}
+
+// keyArgs are the key ids of c for a role process this run starts: the
+// secrets reach it in its environment, the ids on its command line.
+func keyArgs(c config) []string {
+	args := []string{"--signing-key-id", c.key.ID}
+	if len(c.previous) > 0 {
+		args = append(args, "--previous-signing-key-id", c.previous[0].ID)
+	}
+	return args
 }
 
 // spawn starts one worker process and waits until it says it is ready.
@@ -536,6 +547,7 @@ func (r *roleProc) args() []string {
 	c := r.cfg
 	args := []string{"--role", r.role, "--nats-url", c.natsURL, "--session-store", c.store,
 		"--replicas", fmt.Sprint(c.layout.replicas)}
+	args = append(args, keyArgs(c)...)
 	if r.role == "gateway" {
 		return append(args, "--listen", r.listen)
 	}

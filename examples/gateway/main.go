@@ -81,6 +81,8 @@ type config struct {
 	duration      time.Duration         // open loop: how long to post at rate
 	trust         sessionprop.TrustFunc // peers the downstream service accepts sessions from
 	key           sessionprop.Key       // the gateway signs with it, workers verify with it
+	previous      []sessionprop.Key     // verified beside key, during a rotation (SESSIONWIRE_PREVIOUS_SIGNING_KEY)
+	previousKeyID string                // --previous-signing-key-id, checked by finish
 	routerLog     io.Writer             // where an in-process router logs; nil: standard error (a test's)
 	ackPending    int                   // the router's consumers' maxAckPending; 0: maxAckPending (a test's)
 }
@@ -219,6 +221,7 @@ func newFlagSet(c *config) (fs *flag.FlagSet, keyID, trust *string) {
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: post this many messages per second, on schedule whatever the replies do, for --duration (0: one burst of --messages)")
 	fs.DurationVar(&c.duration, "duration", 0, "open loop: how long to post at --rate (default 30s with --rate)")
 	keyID = fs.String("signing-key-id", "demo", "id of the signing key (the secret comes from SESSIONWIRE_SIGNING_KEY)")
+	fs.StringVar(&c.previousKeyID, "previous-signing-key-id", "", "during a key rotation: id of the key the roles signed with until now, still verified, never signed with (its secret comes from SESSIONWIRE_PREVIOUS_SIGNING_KEY; see the README)")
 	trust = fs.String("trust", "loopback", "peers the downstream service (role load) accepts a session from: loopback, or comma-separated CIDRs such as 10.1.0.0/16")
 	return fs, keyID, trust
 }
@@ -331,18 +334,19 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, error) {
 
 // hop returns what every hop of the gateway signs with and verifies with:
 // every message between the roles carries a session signed for its message
-// id, and the session goes to the gateway's own subjects only.
+// id, and the session goes to the gateway's own subjects only. It signs with
+// key alone, and verifies with key and the previous keys (a rotation's).
 //
 // The verifier takes a queued message's signature up to maxWait old
 // (layout.wait): it was signed when the message was queued, and the
 // message may wait that long behind a platform, a service or a router that
 // is down.
-func hop(key sessionprop.Key, maxWait time.Duration) (*sessionprop.Outbound, *sessionprop.Verifier, error) {
+func hop(key sessionprop.Key, maxWait time.Duration, previous ...sessionprop.Key) (*sessionprop.Outbound, *sessionprop.Verifier, error) {
 	signer, err := sessionprop.NewSigner(key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing key: %w", err)
 	}
-	verifier, err := sessionprop.NewVerifier([]sessionprop.Key{key}, sessionprop.WithMaxAge(maxWait))
+	verifier, err := sessionprop.NewVerifier(append([]sessionprop.Key{key}, previous...), sessionprop.WithMaxAge(maxWait))
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing key: %w", err)
 	}
@@ -366,7 +370,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 			natssession.WithOutbound(out))
 		return serve(ctx, c.listen, ingress(tp.Tracer("gateway/ingress"), pub, js, c.auth))
 	case "worker":
-		out, verifier, err := hop(c.key, c.layout.wait())
+		out, verifier, err := hop(c.key, c.layout.wait(), c.previous...)
 		if err != nil {
 			return "", fmt.Errorf("worker: %w", err)
 		}
@@ -377,7 +381,7 @@ func startRole(ctx context.Context, c config, role string, nc *nats.Conn, js jet
 		}
 		return "", started(done, func(ready func()) error { return w.run(ctx, ready) })
 	case "router":
-		_, verifier, err := hop(c.key, c.layout.wait())
+		_, verifier, err := hop(c.key, c.layout.wait(), c.previous...)
 		if err != nil {
 			return "", fmt.Errorf("router: %w", err)
 		}

@@ -496,7 +496,8 @@ func heldForAnotherKey(log *onceLog, msg jetstream.Msg, who, signer, doing, what
 	}
 	log.printAs(what+": another key", fmt.Errorf("not %s %s: its signature does not verify with this %s's key (%v). "+
 		"Either it is forged, or this %s's key differs from the %s: every role must share SESSIONWIRE_SIGNING_KEY "+
-		"(and --signing-key-id). Left for another %s for up to %v, then dropped", doing, where, who, err, who, signer, who, unverifiedPatience))
+		"(and --signing-key-id; while keys are rotated, the old one as SESSIONWIRE_PREVIOUS_SIGNING_KEY). "+
+		"Left for another %s for up to %v, then dropped", doing, where, who, err, who, signer, who, unverifiedPatience))
 	_ = msg.NakWithDelay(min(retryAfter(msg), time.Second))
 	return true
 }
