@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sessionwire/sessionwire/internal/syncbuf"
 	"github.com/sessionwire/sessionwire/otelsession"
 	"github.com/sessionwire/sessionwire/propagation"
 	"github.com/sessionwire/sessionwire/propagation/natssession"
@@ -537,7 +538,7 @@ func TestARouterWithAnotherKeyLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	misconfigured := top.cfg
 	misconfigured.key.Secret = []byte(strings.Repeat("x", 32))
-	log := &lockedWriter{}
+	log := &syncbuf.Buffer{}
 	misconfigured.routerLog = log
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -556,24 +557,6 @@ func TestARouterWithAnotherKeyLosesNothing(t *testing.T) {
 	assert.Contains(t, log.String(), "its signature does not verify with this router's key",
 		"the router with another key pulled some, and said why it put them back")
 	assert.Contains(t, log.String(), "every role must share SESSIONWIRE_SIGNING_KEY")
-}
-
-// lockedWriter is a log that several goroutines write to.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // A key rotation loses nothing queued: a job and a reply signed with the
