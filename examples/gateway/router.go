@@ -246,8 +246,8 @@ func (rt *router) handle(msg jetstream.Msg) {
 	// A 429 is an answer too: the platform limits this bot or this chat
 	// (Telegram limits each chat), it is not down; the delivery is tried
 	// again when the platform says, without opening its breaker.
-	// A final answer is taken as one only from a platform that takes
-	// deliveries (see refusalJudge); otherwise it is a failure like a 5xx.
+	// A final answer that looks like every chat's rather than this one's
+	// (see refusalJudge) is a failure like a 5xx.
 	var final, limited *platformAnswer
 	chat := n.Origin.ScopeID + "/" + n.Origin.ChatID
 	err := rt.platforms.of(n.Origin.Platform).callFor(chat, func() error {
